@@ -1,0 +1,84 @@
+"""What every algorithm shares: the interface, the cluster state and the evaluation protocols.
+
+An algorithm is an object holding its static config and model, with pure methods:
+
+    init(key, data) -> state
+    round(state, key, data) -> (state, metrics)   # one communication round, jit-able
+    evaluate(state, data) -> dict of arrays        # per-client test loss/accuracy, assignments
+    objective(state, data) -> scalar               # training objective, picks among restarts
+
+The experiment runner owns the round loop (``lax.scan`` chunks, restarts as a vmap axis).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from fedclust_jax.core.losses import loss_matrix
+
+
+@struct.dataclass
+class ClusterState:
+    """K cluster models and the clients' current assignments.
+
+    params: pytree with leading axis K; assign: int32[N] (-1 = not yet assigned);
+    round: int32 scalar, rounds done.
+    """
+
+    params: object
+    assign: jax.Array
+    round: jax.Array
+
+
+def check_chunk(chunk):
+    if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
+        raise ValueError(f"chunk must be a positive number of clients or None, got {chunk!r}")
+
+
+def check_clusters(num_clusters: int, num_clients: int | None = None):
+    if not isinstance(num_clusters, int) or num_clusters < 1:
+        raise ValueError(f"number of clusters K must be an integer >= 1, got {num_clusters!r}")
+    if num_clients is not None and num_clusters > num_clients:
+        raise ValueError(f"K = {num_clusters} clusters is more than the {num_clients} clients; "
+                         "choose K <= number of clients")
+
+
+WEIGHTINGS = ("equal", "samples")
+
+
+def check_weighting(weighting: str):
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+
+
+def client_weights(weighting: str, count: jax.Array) -> jax.Array | None:
+    """None (equal weights) or the clients' sample counts as float weights."""
+    return None if weighting == "equal" else count.astype(jnp.float32)
+
+
+def evaluate_clusters(model, params, assign, data, *, chunk=None) -> dict:
+    """Both evaluation protocols for K cluster models, averaged per client by the caller.
+
+    "best" (IFCA): client i is scored with the model of lowest loss on its own test data.
+    "assigned" (SR-FCA): client i is scored with model assign[i] (NaN where unassigned).
+    Returns per-client arrays [N]: test_loss, test_acc (best), assigned_test_loss,
+    assigned_test_acc, and the [N, K] matrices test_loss_matrix / test_acc_matrix.
+    """
+    loss, acc = loss_matrix(model, params, data.x_test, data.y_test, data.count_test,
+                            chunk=chunk)
+    rows = jnp.arange(loss.shape[0])
+    best = jnp.argmin(loss, axis=1)
+    safe = jnp.clip(assign, 0, loss.shape[1] - 1)
+    nan = jnp.where(assign >= 0, 1.0, jnp.nan)
+    return dict(test_loss=loss[rows, best], test_acc=acc[rows, best],
+                assigned_test_loss=loss[rows, safe] * nan, assigned_test_acc=acc[rows, safe] * nan,
+                test_loss_matrix=loss, test_acc_matrix=acc)
+
+
+def replace(cfg, **changes):
+    """dataclasses.replace, re-running validation."""
+    return dataclasses.replace(cfg, **changes)

@@ -1,0 +1,85 @@
+"""Named algorithms: name -> builder(model, params, data) -> algorithm object.
+
+``params`` is a flat dict: keys of ``LocalTraining`` (steps, lr, batch_size, optimizer,
+momentum, weight_decay, lr_decay) go to the local training, the rest to the algorithm's
+config dataclass. Unknown keys are errors that list the accepted ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
+from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
+from fedclust_jax.algorithms.local import Local, LocalConfig
+from fedclust_jax.core.train import LocalTraining
+
+LOCAL_KEYS = tuple(f.name for f in dataclasses.fields(LocalTraining))
+
+
+def config_keys(config_cls) -> list[str]:
+    """Flat parameter names a config class accepts (its fields, with ``local`` expanded)."""
+    names = [f.name for f in dataclasses.fields(config_cls)]
+    if "local" in names:
+        names = [n for n in names if n != "local"] + list(LOCAL_KEYS)
+    return names
+
+
+def make_config(config_cls, params: dict, algorithm: str):
+    """Builds and validates ``config_cls`` from flat ``params``."""
+    accepted = config_keys(config_cls)
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise ValueError(f"algorithm {algorithm!r} has no parameter(s) {unknown}; "
+                         f"it takes {sorted(accepted)}")
+    local = {k: v for k, v in params.items() if k in LOCAL_KEYS}
+    rest = {k: v for k, v in params.items() if k not in LOCAL_KEYS}
+    if "local" in [f.name for f in dataclasses.fields(config_cls)]:
+        rest["local"] = LocalTraining(**local)
+    return config_cls(**rest)
+
+
+def _simple(cls, config_cls):
+    def build(model, params, data):
+        return cls(model, make_config(config_cls, params, cls.name))
+    build.config_cls = config_cls
+    return build
+
+
+def _oracle(model, params, data):
+    params = dict(params, assignment="oracle")
+    params.setdefault("num_clusters", max(data.num_true_clusters, 1))
+    return IFCA(model, make_config(IFCAConfig, params, "oracle"))
+
+
+_oracle.config_cls = IFCAConfig
+
+ALGORITHMS: dict[str, Callable] = {
+    "fedavg": _simple(FedAvg, FedAvgConfig),
+    "local": _simple(Local, LocalConfig),
+    "ifca": _simple(IFCA, IFCAConfig),
+    "oracle": _oracle,
+}
+ALGORITHM_HELP = {
+    "fedavg": "FedAvg: one global model (IFCA paper's 'global' baseline)",
+    "local": "Local: every client trains alone",
+    "ifca": "IFCA (Ghosh et al.): option gradient (I) or model (II), restarts, weight sharing",
+    "oracle": "per-cluster FedAvg with the true clusters (IFCA with frozen oracle assignment)",
+}
+
+
+def accepted_params(name: str) -> list[str]:
+    return config_keys(ALGORITHMS[name].config_cls)
+
+
+def build_algorithm(name: str, model, params: dict, data):
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {name!r}; available: {', '.join(sorted(ALGORITHMS))}")
+    try:
+        alg = ALGORITHMS[name](model, dict(params), data)
+    except TypeError as e:
+        raise ValueError(f"bad parameters for algorithm {name!r}: {e}") from None
+    if hasattr(alg, "check_data"):
+        alg.check_data(data)
+    return alg

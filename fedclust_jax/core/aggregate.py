@@ -1,0 +1,47 @@
+"""Per-cluster reductions of client uploads given assignments (weights @ values, no loops).
+
+Robust (sort-based) reductions live in ``fedclust_jax.core.robust``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def membership(assign: jax.Array, num_clusters: int, weights: jax.Array | None = None) -> jax.Array:
+    """[K, M] matrix: entry (j, i) = weights[i] (or 1) if client i is in cluster j, else 0.
+
+    assign: int32[M]; an entry of -1 (unassigned) belongs to no cluster.
+    """
+    onehot = jax.nn.one_hot(assign, num_clusters, dtype=jnp.float32).T
+    return onehot if weights is None else onehot * weights.astype(jnp.float32)[None, :]
+
+
+def combine(matrix: jax.Array, values):
+    """sum_i matrix[j, i] * values[i] for every leaf: [K, M] x [M, ...] -> [K, ...]."""
+    return jax.tree.map(
+        lambda v: jnp.tensordot(matrix, v.astype(jnp.float32), axes=1).astype(v.dtype), values)
+
+
+def cluster_mean(values, assign: jax.Array, previous, *, weights: jax.Array | None = None):
+    """Per-cluster (weighted) mean of client values.
+
+    values: pytree with leading axis M (participants); assign: int32[M] in [-1, K);
+    previous: pytree with leading axis K, returned for clusters with no member (an empty
+    cluster keeps its params). weights: [M] (e.g. sample counts) or None for equal weights.
+    """
+    num_clusters = jax.tree.leaves(previous)[0].shape[0]
+    w = membership(assign, num_clusters, weights)
+    total = w.sum(axis=1)
+    means = combine(w / jnp.maximum(total, 1e-30)[:, None], values)
+    has = total > 0
+    return jax.tree.map(
+        lambda m, p: jnp.where(has.reshape((-1,) + (1,) * (p.ndim - 1)), m, p), means, previous)
+
+
+def global_mean(values, *, weights: jax.Array | None = None):
+    """(Weighted) mean over the leading axis of every leaf, as ``w @ V``."""
+    m = jax.tree.leaves(values)[0].shape[0]
+    w = jnp.ones((m,), jnp.float32) if weights is None else weights.astype(jnp.float32)
+    return jax.tree.map(lambda v: v[0], combine((w / w.sum())[None, :], values))

@@ -1,0 +1,32 @@
+"""Loss (and accuracy) of many models on many clients' data."""
+
+from __future__ import annotations
+
+import jax
+
+from fedclust_jax.core.clients import map_clients
+from fedclust_jax.data.federated import example_mask
+
+
+def client_loss_accuracy(model, params, x, y, count):
+    """(loss, accuracy) of one model on one client's real examples (x [n_max, ...])."""
+    return model.loss_and_accuracy(params, x, y, example_mask(count, x.shape[0]))
+
+
+def loss_matrix(model, stacked_params, x, y, count, *, chunk: int | None = None):
+    """Loss and accuracy of each of K models on each of N clients.
+
+    stacked_params: params with leading axis K; x [N, n_max, ...], y [N, n_max], count [N].
+    Returns (loss [N, K], accuracy [N, K]). Clients are mapped with ``map_clients`` (memory
+    bounded by ``chunk``), models vmapped inside; with K = N client models this is the
+    [N, N] cross-loss matrix (row i: client i's data, column j: model j).
+    """
+    def per_client(xi, yi, ci):
+        return jax.vmap(lambda p: client_loss_accuracy(model, p, xi, yi, ci))(stacked_params)
+    return map_clients(per_client, x, y, count, chunk=chunk)
+
+
+def own_loss(model, params, x, y, count, *, chunk: int | None = None):
+    """(loss [N], accuracy [N]) of client i's own model params[i] on its own data."""
+    return map_clients(lambda p, xi, yi, ci: client_loss_accuracy(model, p, xi, yi, ci),
+                       params, x, y, count, chunk=chunk)

@@ -1,0 +1,40 @@
+"""Partial participation: a static number of clients per round, without replacement."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+
+def num_participants(num_clients: int, fraction: float) -> int:
+    """M = max(1, round(fraction * N)) participants per round; fraction in (0, 1]."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"participation must be in (0, 1], got {fraction}")
+    return max(1, int(math.floor(fraction * num_clients + 0.5)))
+
+
+def sample_participants(key, num_clients: int, m: int) -> jax.Array:
+    """int32[m]: distinct client ids drawn uniformly, sorted; all clients when m == N."""
+    if m >= num_clients:
+        return jnp.arange(num_clients, dtype=jnp.int32)
+    return jnp.sort(jax.random.choice(key, num_clients, (m,), replace=False)).astype(jnp.int32)
+
+
+def participants(key, num_clients: int, fraction: float):
+    """(ids int32[M], per-client keys [M]) for one round from the round's key.
+
+    Participants are drawn with ``fold_in(key, 0)``; client i's key is
+    ``fold_in(fold_in(key, 1), i)`` with i its global id, so a client's randomness does not
+    depend on who else participates or on how clients are chunked.
+    """
+    ids = sample_participants(jax.random.fold_in(key, 0), num_clients,
+                              num_participants(num_clients, fraction))
+    return ids, client_keys(key, ids)
+
+
+def client_keys(key, ids) -> jax.Array:
+    """Per-client keys [M] for global client ids ``ids`` in the round of ``key``."""
+    base = jax.random.fold_in(key, 1)
+    return jax.vmap(lambda i: jax.random.fold_in(base, i))(ids)

@@ -1,0 +1,121 @@
+"""Local training on one client (mapped over clients with ``map_clients``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from fedclust_jax.data.federated import example_mask
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalTraining:
+    """What a client does with its data in one round.
+
+    steps: local steps tau (full-batch GD steps, or minibatch SGD steps).
+    lr: step size gamma; lr_decay: multiplied into lr once per round (1.0 = constant).
+    batch_size: None for full-batch steps, else minibatches drawn from one shuffle of the
+      client's real examples per round (wrapping around; a client with fewer than
+      batch_size examples uses all of them, masked).
+    optimizer: "sgd" (with optional momentum) or "adam"; its state starts fresh each round.
+    weight_decay: L2 penalty (wd/2)||theta||^2 added to the training loss.
+    """
+
+    steps: int = 10
+    lr: float = 0.1
+    batch_size: int | None = None
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    lr_decay: float = 1.0
+
+    def __post_init__(self):
+        if not isinstance(self.steps, int) or self.steps < 1:
+            raise ValueError(f"local steps must be an integer >= 1, got {self.steps!r}")
+        if not self.lr > 0:
+            raise ValueError(f"learning rate must be > 0, got {self.lr!r}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1 or None (full batch), got {self.batch_size}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if not 0 < self.lr_decay <= 1:
+            raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
+
+    def lr_at(self, round_index) -> jax.Array:
+        """Step size in round ``round_index`` (0-based)."""
+        return self.lr * jnp.asarray(self.lr_decay, jnp.float32) ** round_index
+
+    def optimizer_for(self, lr) -> optax.GradientTransformation:
+        if self.optimizer == "adam":
+            return optax.adam(lr)
+        return optax.sgd(lr, momentum=self.momentum or None)
+
+
+def training_loss(model, cfg: LocalTraining, params, x, y, mask):
+    loss = model.loss(params, x, y, mask)
+    if cfg.weight_decay:
+        loss = loss + 0.5 * cfg.weight_decay * sum(
+            jnp.sum(a ** 2) for a in jax.tree.leaves(params))
+    return loss
+
+
+def shuffled_order(key, count, n_max: int) -> jax.Array:
+    """int32[n_max]: the client's real example indices (< count) in random order first,
+    padding after; a masked Gumbel sort, so a traced ``count`` works."""
+    noise = jax.random.gumbel(key, (n_max,))
+    noise = jnp.where(jnp.arange(n_max) < count, noise, -jnp.inf)
+    return jnp.argsort(-noise).astype(jnp.int32)
+
+
+def minibatch(order, step, count, batch_size: int):
+    """(indices int32[B], mask bool[B]) of minibatch ``step`` from a per-round ``order``."""
+    pos = step * batch_size + jnp.arange(batch_size)
+    idx = order[pos % jnp.maximum(count, 1)]
+    mask = jnp.arange(batch_size) < count
+    return idx, mask
+
+
+def local_train(model, cfg: LocalTraining, params, x, y, count, key, lr):
+    """``cfg.steps`` optimizer steps on one client from ``params``.
+
+    params: one model's params; x [n_max, ...], y [n_max], count: scalar int; lr: scalar.
+    Returns the client's new params.
+    """
+    n_max = x.shape[0]
+    opt = cfg.optimizer_for(lr)
+    grad_fn = jax.grad(lambda p, xb, yb, m: training_loss(model, cfg, p, xb, yb, m))
+    full_mask = example_mask(count, n_max)
+    order = None if cfg.batch_size is None else shuffled_order(key, count, n_max)
+
+    def step(carry, s):
+        p, opt_state = carry
+        if cfg.batch_size is None:
+            g = grad_fn(p, x, y, full_mask)
+        else:
+            idx, m = minibatch(order, s, count, cfg.batch_size)
+            g = grad_fn(p, x[idx], y[idx], m)
+        updates, opt_state = opt.update(g, opt_state, p)
+        return (optax.apply_updates(p, updates), opt_state), None
+
+    (params, _), _ = lax.scan(step, (params, opt.init(params)), jnp.arange(cfg.steps))
+    return params
+
+
+def client_gradient(model, cfg: LocalTraining, params, x, y, count, key):
+    """Gradient of the client's training loss at ``params`` (full batch, or one minibatch
+    of ``cfg.batch_size`` when set); the IFCA option-I / BR-IFCA upload."""
+    n_max = x.shape[0]
+    if cfg.batch_size is None:
+        return jax.grad(lambda p: training_loss(model, cfg, p, x, y, example_mask(count, n_max)))(params)
+    idx, m = minibatch(shuffled_order(key, count, n_max), 0, count, cfg.batch_size)
+    return jax.grad(lambda p: training_loss(model, cfg, p, x[idx], y[idx], m))(params)

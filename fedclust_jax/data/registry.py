@@ -1,0 +1,26 @@
+"""Named datasets a user can pick: name -> builder(key, **params) -> FederatedData."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from fedclust_jax.data import synthetic
+
+DATASETS: dict[str, Callable] = {
+    "synthetic-regression": synthetic.mixed_linear_regression,
+    "gaussian-mixture": synthetic.gaussian_mixture_classification,
+}
+
+
+def build_dataset(name: str, key, **params):
+    """Builds dataset ``name`` with ``params``; unknown names or parameters are errors that
+    list what is available."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; available: {', '.join(sorted(DATASETS))}")
+    builder = DATASETS[name]
+    import inspect
+    accepted = [p for p in inspect.signature(builder).parameters if p != "key"]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise ValueError(f"dataset {name!r} has no parameter(s) {unknown}; it takes {accepted}")
+    return builder(key, **params)

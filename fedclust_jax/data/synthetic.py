@@ -1,0 +1,114 @@
+"""Synthetic clustered data of the IFCA paper (mixed linear regression) and a Gaussian
+mixture classification task for quick runs."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from fedclust_jax.data.federated import FederatedData
+
+THETA_SCALINGS = ("norm", "multiply")
+
+
+def _check_positive(**kwargs):
+    for name, value in kwargs.items():
+        if value is None or value <= 0:
+            raise ValueError(f"{name} must be positive, got {value!r}")
+
+
+def equal_cluster_ids(num_clients: int, num_clusters: int) -> jax.Array:
+    """int32[N]: client i is in cluster floor(i / (N / k)), as in the IFCA code."""
+    if num_clusters < 1 or num_clients % num_clusters:
+        raise ValueError(f"num_clients ({num_clients}) must be a positive multiple of "
+                         f"num_clusters ({num_clusters}) for equal cluster sizes")
+    return jnp.arange(num_clients, dtype=jnp.int32) // (num_clients // num_clusters)
+
+
+def bernoulli_theta(key, k: int, d: int, scale: float, scaling: str = "norm") -> jax.Array:
+    """[k, d] vectors with Bernoulli(0.5) coordinates.
+
+    scaling="norm": each vector rescaled to l2 norm ``scale`` (the paper's R, so the
+    separation between two vectors is about R). scaling="multiply": multiplied by ``scale``
+    (the authors' code's r; norm and separation then grow as r*sqrt(d/2)). An all-zero draw
+    (probability 2^-d) is left at zero under "norm".
+    """
+    if scaling not in THETA_SCALINGS:
+        raise ValueError(f"scaling must be one of {THETA_SCALINGS}, got {scaling!r}")
+    b = jax.random.bernoulli(key, 0.5, (k, d)).astype(jnp.float32)
+    if scaling == "multiply":
+        return scale * b
+    norm = jnp.linalg.norm(b, axis=1, keepdims=True)
+    return scale * b / jnp.where(norm > 0, norm, 1.0)
+
+
+def mixed_linear_regression(key, *, num_clients: int = 100, num_clusters: int = 2,
+                            samples_per_client: int = 100, test_samples_per_client: int = 100,
+                            dim: int = 1000, noise_std: float = 0.1, separation: float = 1.0,
+                            scaling: str = "norm") -> FederatedData:
+    """IFCA synthetic data: y = <x, theta*_j> + eps, x ~ N(0, I_d), eps ~ N(0, sigma^2).
+
+    theta*_j: Bernoulli(0.5)^d scaled by ``separation`` under ``scaling`` (see
+    ``bernoulli_theta``: "norm" is the paper's R, "multiply" the code's r). Equal cluster
+    sizes; ``true_params`` holds theta* [k, d]. Shapes: x [m, n, d], y [m, n].
+    """
+    _check_positive(num_clients=num_clients, samples_per_client=samples_per_client,
+                    test_samples_per_client=test_samples_per_client, dim=dim,
+                    separation=separation)
+    if noise_std < 0:
+        raise ValueError(f"noise_std must be >= 0, got {noise_std}")
+    cluster = equal_cluster_ids(num_clients, num_clusters)
+    k_theta, k_train, k_test = jax.random.split(key, 3)
+    theta = bernoulli_theta(k_theta, num_clusters, dim, separation, scaling)
+
+    def draw(k, n):
+        kx, ke = jax.random.split(k)
+        x = jax.random.normal(kx, (num_clients, n, dim))
+        y = jnp.einsum("mnd,md->mn", x, theta[cluster]) + noise_std * jax.random.normal(
+            ke, (num_clients, n))
+        return x, y
+
+    x, y = jax.jit(draw, static_argnums=1)(k_train, samples_per_client)
+    x_test, y_test = jax.jit(draw, static_argnums=1)(k_test, test_samples_per_client)
+    return FederatedData(
+        x=x, y=y, count=jnp.full(num_clients, samples_per_client, jnp.int32),
+        x_test=x_test, y_test=y_test,
+        count_test=jnp.full(num_clients, test_samples_per_client, jnp.int32),
+        cluster=cluster, true_params=theta, task="regression", num_classes=0)
+
+
+def gaussian_mixture_classification(key, *, num_clients: int = 100, num_clusters: int = 4,
+                                    samples_per_client: int = 100,
+                                    test_samples_per_client: int = 100, dim: int = 20,
+                                    num_classes: int = 10, class_separation: float = 3.0,
+                                    noise_std: float = 1.0) -> FederatedData:
+    """Classification with concept shift: shared class centres mu_c ~ N(0, s^2 I_d / d) * sqrt(d)
+    (norm about ``class_separation``); a point of class c is mu_c + N(0, noise_std^2 I), and
+    in cluster j it is labelled (c + j) mod C. One model cannot fit two clusters; a model per
+    cluster can. Equal cluster sizes, uniform classes. x [m, n, d], y int32[m, n].
+    """
+    _check_positive(num_clients=num_clients, samples_per_client=samples_per_client,
+                    test_samples_per_client=test_samples_per_client, dim=dim,
+                    num_classes=num_classes, class_separation=class_separation)
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+    if noise_std < 0:
+        raise ValueError(f"noise_std must be >= 0, got {noise_std}")
+    cluster = equal_cluster_ids(num_clients, num_clusters)
+    k_mu, k_train, k_test = jax.random.split(key, 3)
+    centres = class_separation * jax.random.normal(k_mu, (num_classes, dim)) / jnp.sqrt(dim)
+
+    def draw(k, n):
+        kc, kx = jax.random.split(k)
+        c = jax.random.randint(kc, (num_clients, n), 0, num_classes)
+        x = centres[c] + noise_std * jax.random.normal(kx, (num_clients, n, dim))
+        y = (c + cluster[:, None]) % num_classes
+        return x, y.astype(jnp.int32)
+
+    x, y = jax.jit(draw, static_argnums=1)(k_train, samples_per_client)
+    x_test, y_test = jax.jit(draw, static_argnums=1)(k_test, test_samples_per_client)
+    return FederatedData(
+        x=x, y=y, count=jnp.full(num_clients, samples_per_client, jnp.int32),
+        x_test=x_test, y_test=y_test,
+        count_test=jnp.full(num_clients, test_samples_per_client, jnp.int32),
+        cluster=cluster, task="classification", num_classes=num_classes)

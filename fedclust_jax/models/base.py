@@ -1,0 +1,84 @@
+"""A model is a pair of pure functions over plain pytrees, plus its task's loss.
+
+Modules are written with Flax NNX; ``from_nnx`` splits one once into its graph and params
+and keeps only the params (a plain nested dict of arrays) for ``jit``, ``vmap`` and ``scan``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+Params = Any
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Model:
+    """init(key) -> params; apply(params, x[n, ...]) -> outputs[n, ...].
+
+    task: "regression" (outputs [n] or [n, 1], squared error (y - f(x))^2 with no 1/2, as
+    the IFCA paper) or "classification" (logits [n, C], softmax cross-entropy).
+    head: names of the top-level parameter groups that form the per-cluster head when
+    weights are shared (IFCA weight sharing); the rest is the shared body.
+    """
+
+    name: str
+    init: Callable[[jax.Array], Params]
+    apply: Callable[[Params, jax.Array], jax.Array]
+    task: str
+    head: tuple[str, ...] = ()
+
+    def example_losses(self, params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
+        """Per-example loss [n]."""
+        out = self.apply(params, x)
+        if self.task == "regression":
+            return (y - out.reshape(y.shape)) ** 2
+        return optax.softmax_cross_entropy_with_integer_labels(out, y)
+
+    def loss(self, params: Params, x: jax.Array, y: jax.Array, mask: jax.Array) -> jax.Array:
+        """Mean loss over the real examples (mask bool[n]); 0 where there are none."""
+        per = self.example_losses(params, x, y)
+        w = mask.astype(per.dtype)
+        return jnp.sum(per * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+    def loss_and_accuracy(self, params, x, y, mask) -> tuple[jax.Array, jax.Array]:
+        """(mean loss, mean accuracy) over the real examples; accuracy is 0 for regression."""
+        out = self.apply(params, x)
+        w = mask.astype(jnp.float32)
+        denom = jnp.maximum(jnp.sum(w), 1.0)
+        if self.task == "regression":
+            per = (y - out.reshape(y.shape)) ** 2
+            return jnp.sum(per * w) / denom, jnp.zeros(())
+        per = optax.softmax_cross_entropy_with_integer_labels(out, y)
+        correct = (jnp.argmax(out, -1) == y).astype(jnp.float32)
+        return jnp.sum(per * w) / denom, jnp.sum(correct * w) / denom
+
+
+def from_nnx(name: str, make: Callable[[nnx.Rngs], nnx.Module], *, task: str,
+             head: tuple[str, ...] = ()) -> Model:
+    """Wraps an NNX module constructor ``make(rngs)`` as a pure ``Model``.
+
+    Params are the module's ``nnx.Param`` leaves as a pure nested dict; the graph is built
+    once here (abstractly, no arrays allocated) and merged back inside ``apply``.
+    """
+    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: make(nnx.Rngs(0))))
+
+    def init(key: jax.Array) -> Params:
+        return nnx.to_pure_dict(nnx.split(make(nnx.Rngs(key)))[1])
+
+    def apply(params: Params, x: jax.Array) -> jax.Array:
+        state = jax.tree.map(lambda a: a, abstract)
+        nnx.replace_by_pure_dict(state, params)
+        return nnx.merge(graphdef, state)(x)
+
+    return Model(name=name, init=init, apply=apply, task=task, head=head)
+
+
+def num_params(params: Params) -> int:
+    """Number of scalar parameters in one model's params."""
+    return sum(int(a.size) for a in jax.tree.leaves(params))

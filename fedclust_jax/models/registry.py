@@ -1,0 +1,35 @@
+"""Named models: name -> builder(data, **params) -> Model, shapes defaulted from the data."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from fedclust_jax.models.linear import linear_regression
+from fedclust_jax.models.mlp import mlp
+
+
+def _linear(data, **params):
+    return linear_regression(math.prod(data.feature_shape), **params)
+
+
+def _mlp(data, hidden=(200,), **params):
+    hidden = (hidden,) if isinstance(hidden, int) else tuple(hidden)
+    out = data.num_classes if data.task == "classification" else 1
+    return mlp((math.prod(data.feature_shape), *hidden, out), task=data.task, **params)
+
+
+MODELS: dict[str, Callable] = {"linear": _linear, "mlp": _mlp}
+DEFAULT_MODEL = {"regression": "linear", "classification": "mlp"}
+
+
+def build_model(name: str | None, data, **params):
+    """Model ``name`` (default: linear for regression, MLP 784-200-10-style for
+    classification) sized for ``data``."""
+    name = name or DEFAULT_MODEL[data.task]
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; available: {', '.join(sorted(MODELS))}")
+    try:
+        return MODELS[name](data, **params)
+    except TypeError as e:
+        raise ValueError(f"bad parameters for model {name!r}: {e}") from None
