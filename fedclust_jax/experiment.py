@@ -134,7 +134,7 @@ def summarize(alg, evaluation: dict, data) -> dict:
     has_truth = data.num_true_clusters > 0 and clusters
     out["misclustering"] = metrics.misclustering(assign, data.cluster) if has_truth else None
     out["ari"] = metrics.adjusted_rand_index(assign, data.cluster) if has_truth else None
-    if data.true_params is not None and "cluster_params" in ev:
+    if data.true_params is not None and clusters and "cluster_params" in ev:
         est = _flat_cluster_params(ev["cluster_params"])
         if est is not None and len(est) >= len(data.true_params):
             out["param_error"] = metrics.parameter_error(est, data.true_params, "hungarian")
@@ -208,3 +208,40 @@ def format_table(results: list[dict]) -> str:
 def save_results(results: list[dict], path: str):
     with open(path, "w") as f:
         json.dump(results, f, indent=2, default=float)
+
+
+STUDY_KEYS = ("dataset", "data", "model", "model_args", "rounds", "seed", "restarts",
+              "rounds_per_chunk", "algorithms")
+
+
+def study_configs(study: dict) -> list[tuple[str, ExperimentConfig]]:
+    """(label, ExperimentConfig) for every algorithm of a study dict (see ``presets``),
+    all validated before anything runs."""
+    unknown = sorted(set(study) - set(STUDY_KEYS))
+    if unknown:
+        raise ValueError(f"unknown study key(s) {unknown}; allowed: {list(STUDY_KEYS)}")
+    if not study.get("algorithms"):
+        raise ValueError("a study needs at least one entry under 'algorithms'")
+    shared = {k: study[k] for k in ("dataset", "data", "model", "model_args", "rounds", "seed",
+                                    "restarts", "rounds_per_chunk") if k in study}
+    out = []
+    for label, params in study["algorithms"].items():
+        params = dict(params or {})
+        name = params.pop("algorithm", label)
+        restarts = params.pop("restarts", shared.get("restarts", 1))
+        cfg = ExperimentConfig(**{**shared, "restarts": restarts}, algorithm=name, params=params)
+        out.append((label, cfg))
+    return out
+
+
+def run_study(study: dict, *, progress: bool = True) -> list[dict]:
+    """Runs every algorithm of a study on the same data (same seed), returns the results."""
+    configs = study_configs(study)
+    first = configs[0][1]
+    data = build_dataset(first.dataset, jax.random.fold_in(jax.random.key(first.seed), 0), **first.data)
+    results = []
+    for label, cfg in configs:
+        r = run_experiment(cfg, data=data, progress=progress)
+        r["algorithm"] = label
+        results.append(r)
+    return results

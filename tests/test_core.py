@@ -1,0 +1,92 @@
+"""Core primitives: map_clients, aggregation, local training masks, participation, k-means."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedclust_jax.core.aggregate import cluster_mean, global_mean
+from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.kmeans import kmeans
+from fedclust_jax.core.losses import loss_matrix
+from fedclust_jax.core.participation import num_participants, participants, sample_participants
+from fedclust_jax.core.train import LocalTraining, local_train, minibatch, shuffled_order
+from fedclust_jax.models.mlp import mlp
+
+
+def test_map_clients_chunked_equals_vmap():
+    x = jax.random.normal(jax.random.key(0), (13, 4, 3))
+    f = lambda a, b: (jnp.sin(a).sum(0) * b, a.max())
+    b = jnp.arange(13.0)
+    full = map_clients(f, x, b)
+    for chunk in (1, 4, 13, 20):
+        part = map_clients(f, x, b, chunk=chunk)
+        for u, v in zip(full, part):
+            np.testing.assert_allclose(u, v, rtol=1e-6)
+    with pytest.raises(ValueError, match="chunk"):
+        map_clients(f, x, b, chunk=0)
+
+
+def test_cluster_mean_weights_and_empty_cluster_keeps_params():
+    values = {"w": jnp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])}
+    assign = jnp.array([0, 0, 2, -1])
+    previous = {"w": jnp.full((3, 2), -9.0)}
+    out = cluster_mean(values, assign, previous)["w"]
+    np.testing.assert_allclose(out, [[2.0, 3.0], [-9.0, -9.0], [5.0, 6.0]])
+    weighted = cluster_mean(values, assign, previous, weights=jnp.array([1.0, 3.0, 1.0, 1.0]))["w"]
+    np.testing.assert_allclose(weighted[0], [2.5, 3.5])
+    np.testing.assert_allclose(global_mean(values)["w"], [4.0, 5.0])
+
+
+def test_minibatches_never_touch_padding():
+    count, n_max, b = 5, 9, 4
+    order = shuffled_order(jax.random.key(0), count, n_max)
+    assert sorted(np.asarray(order[:count]).tolist()) == list(range(count))
+    seen = []
+    for s in range(5):
+        idx, mask = minibatch(order, s, count, b)
+        assert (np.asarray(idx) < count).all() and np.asarray(mask).all()
+        seen += np.asarray(idx).tolist()
+    assert sorted(seen[:count]) == list(range(count))  # first pass is a permutation
+    idx, mask = minibatch(shuffled_order(jax.random.key(1), 2, n_max), 0, 2, b)
+    assert np.asarray(mask).tolist() == [True, True, False, False]
+
+
+def test_padding_never_leaks_into_losses_or_training():
+    model = mlp((3, 5, 2))
+    params = model.init(jax.random.key(0))
+    x = jax.random.normal(jax.random.key(1), (1, 6, 3))
+    y = jnp.array([[0, 1, 1, 0, 1, 1]])
+    junk_x = x.at[:, 4:].set(1e6)
+    junk_y = y.at[:, 4:].set(0)
+    count = jnp.array([4])
+    a = loss_matrix(model, jax.tree.map(lambda p: p[None], params), x, y, count)
+    b = loss_matrix(model, jax.tree.map(lambda p: p[None], params), junk_x, junk_y, count)
+    np.testing.assert_allclose(a[0], b[0], rtol=1e-6)
+    cfg = LocalTraining(steps=3, lr=0.1, batch_size=3)
+    train = jax.jit(lambda xi, yi: local_train(model, cfg, params, xi, yi, count[0], jax.random.key(2), 0.1))
+    t1, t2 = train(x[0], y[0]), train(junk_x[0], junk_y[0])
+    for u, v in zip(jax.tree.leaves(t1), jax.tree.leaves(t2)):
+        np.testing.assert_allclose(u, v, rtol=1e-6)
+
+
+def test_participation_is_static_and_without_replacement():
+    assert num_participants(100, 0.1) == 10 and num_participants(3, 0.01) == 1
+    ids = sample_participants(jax.random.key(0), 50, 20)
+    assert len(set(np.asarray(ids).tolist())) == 20
+    ids2, keys = participants(jax.random.key(0), 50, 1.0)
+    np.testing.assert_array_equal(ids2, np.arange(50))
+    assert keys.shape == (50,)
+    for bad in (0.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match="participation"):
+            num_participants(10, bad)
+
+
+def test_kmeans_finds_separated_groups():
+    key = jax.random.key(0)
+    centres = jnp.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    labels_true = jnp.repeat(jnp.arange(3), 20)
+    pts = centres[labels_true] + 0.1 * jax.random.normal(key, (60, 2))
+    _, labels, _ = jax.jit(kmeans, static_argnums=2)(jax.random.key(1), pts, 3)
+    from fedclust_jax.metrics import misclustering
+    assert misclustering(labels, labels_true) == 0.0
