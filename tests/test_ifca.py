@@ -153,3 +153,37 @@ def test_figure3_success_point():
     result = run_experiment(cfg, progress=False)
     assert result["metrics"]["misclustering"] == 0.0
     assert result["metrics"]["param_error"] <= 0.6 * 0.1
+
+
+def test_weight_sharing_body_is_one_global_average():
+    """With weight sharing the body (all but the last layer) is the mean over all
+    participants, identical across clusters; heads are per-cluster means."""
+    data = small_classification(num_clients=12, num_clusters=2)
+    model = mlp((6, 16, 3))
+    local = LocalTraining(steps=2, lr=0.2)
+    alg = IFCA(model, IFCAConfig(num_clusters=2, local=local, weight_sharing=True,
+                                 assignment="oracle"))  # both clusters non-empty
+    state = alg.init(jax.random.key(0), data)
+    new, _ = alg.round(state, jax.random.key(1), data)
+    body, head = new.params["layers"][0], new.params["layers"][1]
+    np.testing.assert_array_equal(body["kernel"][0], body["kernel"][1])
+    assert not np.allclose(head["kernel"][0], head["kernel"][1])
+
+    # Reference: every client trains from its assigned (body, head) and the server averages.
+    from fedclust_jax.core.train import local_train
+    assign = data.cluster
+    trained = [local_train(model, local, jax.tree.map(lambda a: a[int(assign[i])], state.params),
+                           data.x[i], data.y[i], data.count[i], None, local.lr)
+               for i in range(data.num_clients)]
+    mean_body = np.mean([t["layers"][0]["kernel"] for t in trained], axis=0)
+    np.testing.assert_allclose(body["kernel"][0], mean_body, rtol=1e-5, atol=1e-6)
+    for j in range(2):
+        members = [t["layers"][1]["kernel"] for t, a in zip(trained, assign) if int(a) == j]
+        np.testing.assert_allclose(head["kernel"][j], np.mean(members, axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_weight_sharing_needs_a_head():
+    from fedclust_jax.models.base import Model
+    headless = Model(name="x", init=lambda k: {}, apply=lambda p, x: x, task="regression")
+    with pytest.raises(ValueError, match="head"):
+        IFCA(headless, IFCAConfig(weight_sharing=True))
