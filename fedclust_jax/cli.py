@@ -138,6 +138,10 @@ def add_common(p: argparse.ArgumentParser):
     g.add_argument("--option", choices=["gradient", "model"], help="IFCA option I (gradient) or II (model averaging)")
     g.add_argument("--chunk", type=int, help="clients per vectorized chunk (bounds memory; default all)")
     g.add_argument("--set", action="append", metavar="[ALG.]KEY=VALUE", help="any algorithm parameter (repeatable); ALG. limits it to one algorithm")
+    g = p.add_argument_group("execution")
+    g.add_argument("--checkpoint", help="checkpoint file (.npz) written after every chunk of rounds and "
+                                        "resumed from when it exists (compare: one file per algorithm)")
+    g.add_argument("--devices", type=int, help="split the clients over this many devices (default one)")
     g = p.add_argument_group("output")
     g.add_argument("--output", help="write results (config, metrics, history) to this JSON file")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -195,7 +199,8 @@ def main(argv=None) -> int:
         study = build_study(args, single=args.command == "run")
         from fedclust_jax.experiment import format_table, run_study, save_results, study_configs
         study_configs(study)  # validate everything before any compute
-        results = run_study(study, progress=not args.no_progress)
+        results = run_study(study, progress=not args.no_progress, checkpoint=args.checkpoint,
+                            devices=args.devices)
     except (ValueError, FileNotFoundError) as e:
         print(f"fedclust-jax: error: {e}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -19,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedclust_jax import checkpoint as ckpt
 from fedclust_jax import metrics
 from fedclust_jax.algorithms.registry import ALGORITHMS, build_algorithm, make_config
 from fedclust_jax.data.registry import DATASETS, build_dataset
@@ -92,14 +94,23 @@ class Progress:
 
 
 def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
-               rounds_per_chunk: int | None = None, progress: bool = True):
+               rounds_per_chunk: int | None = None, progress: bool = True,
+               checkpoint: str | None = None, config: dict | None = None):
     """Runs ``rounds`` rounds of ``alg`` for ``restarts`` independent initialisations.
 
+    checkpoint: a .npz path written after every chunk; if it exists the run resumes from it
+    (``config`` must match the one it was written with).
     Returns (final states with leading axis R, per-round metrics dict of [R, rounds] arrays).
     """
     restart_keys = jax.random.split(key, restarts)
     states = jax.jit(jax.vmap(alg.init, in_axes=(0, None)))(restart_keys, data)
     length = chunk_length(rounds, rounds_per_chunk)
+    done, history = 0, []
+    if checkpoint and os.path.exists(checkpoint):
+        states, saved, done = ckpt.load(checkpoint, states, config or {})
+        if done > rounds:
+            raise ValueError(f"checkpoint {checkpoint} is at round {done}, past the {rounds} asked for")
+        history = [saved] if saved else []
 
     def one_restart(state, rkey, data, ts):
         def body(s, t):
@@ -108,16 +119,18 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
 
     chunk = jax.jit(jax.vmap(one_restart, in_axes=(0, 0, None, None)))
     bar = Progress(alg.name, rounds, progress)
-    history = []
-    for start in range(0, rounds, length):
-        states, hist = chunk(states, restart_keys, data, jnp.arange(start, start + length))
+    merge = lambda hs: {k: np.concatenate([np.asarray(h[k]) for h in hs], axis=1) for k in hs[0]} if hs else {}
+    start = done
+    while start < rounds:
+        stop = min(start + length, rounds)
+        states, hist = chunk(states, restart_keys, data, jnp.arange(start, stop))
         history.append(hist)
+        if checkpoint:
+            ckpt.save(checkpoint, states, merge(history), stop, config or {})
         loss = hist.get("train_loss")
-        bar.update(start + length, "" if loss is None else f"train loss {float(loss[:, -1].min()):.4g}")
-    if not history:
-        return states, {}
-    merged = {k: np.concatenate([np.asarray(h[k]) for h in history], axis=1) for k in history[0]}
-    return states, merged
+        bar.update(stop, "" if loss is None else f"train loss {float(loss[:, -1].min()):.4g}")
+        start = stop
+    return states, merge(history)
 
 
 def summarize(alg, evaluation: dict, data) -> dict:
@@ -149,19 +162,29 @@ def _flat_cluster_params(params):
     return np.asarray(leaves[0]).reshape(leaves[0].shape[0], -1)
 
 
-def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True) -> dict:
+def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
+                   checkpoint: str | None = None, devices: int | None = None) -> dict:
     """Builds data (unless given), model and algorithm, runs, evaluates. Returns a JSON-able
     dict: config, metrics (of the restart with the lowest training objective), restart
-    diagnostics, per-round history and wall time."""
+    diagnostics, per-round history and wall time.
+
+    checkpoint: .npz path saved after every chunk and resumed from if present.
+    devices: split the clients over this many devices (a ``clients`` mesh; None = one).
+    """
     root = jax.random.key(cfg.seed)
     if data is None:
         data = build_dataset(cfg.dataset, jax.random.fold_in(root, 0), **cfg.data)
     model = build_model(cfg.model, data, **cfg.model_args)
     alg = build_algorithm(cfg.algorithm, model, cfg.params, data)
+    if devices is not None and devices > 1:
+        from fedclust_jax.core.sharding import client_mesh, shard_clients
+        if devices > jax.device_count():
+            raise ValueError(f"asked for {devices} devices, {jax.device_count()} available")
+        data = shard_clients(data, client_mesh(jax.devices()[:devices]))
     t0 = time.perf_counter()
     states, history = run_rounds(alg, data, jax.random.fold_in(root, 1), rounds=cfg.rounds,
                                  restarts=cfg.restarts, rounds_per_chunk=cfg.rounds_per_chunk,
-                                 progress=progress)
+                                 progress=progress, checkpoint=checkpoint, config=cfg.to_dict())
     objective = np.asarray(jax.jit(jax.vmap(alg.objective, in_axes=(0, None)))(states, data))
     chosen = int(np.nanargmin(objective)) if np.isfinite(objective).any() else 0
     evaluate = jax.jit(alg.evaluate)
@@ -234,14 +257,17 @@ def study_configs(study: dict) -> list[tuple[str, ExperimentConfig]]:
     return out
 
 
-def run_study(study: dict, *, progress: bool = True) -> list[dict]:
-    """Runs every algorithm of a study on the same data (same seed), returns the results."""
+def run_study(study: dict, *, progress: bool = True, checkpoint: str | None = None,
+              devices: int | None = None) -> list[dict]:
+    """Runs every algorithm of a study on the same data (same seed), returns the results.
+    checkpoint: a path; algorithm ``label`` checkpoints to ``<path stem>-<label>.npz``."""
     configs = study_configs(study)
     first = configs[0][1]
     data = build_dataset(first.dataset, jax.random.fold_in(jax.random.key(first.seed), 0), **first.data)
     results = []
     for label, cfg in configs:
-        r = run_experiment(cfg, data=data, progress=progress)
+        path = None if checkpoint is None else f"{os.path.splitext(checkpoint)[0]}-{label}.npz"
+        r = run_experiment(cfg, data=data, progress=progress, checkpoint=path, devices=devices)
         r["algorithm"] = label
         results.append(r)
     return results
