@@ -92,3 +92,23 @@ def client_mean(values, count=None) -> float:
     if count is not None:
         keep &= np.asarray(count) > 0
     return float(v[keep].mean()) if keep.any() else float("nan")
+
+
+def purity(found, true) -> float:
+    """Cluster purity (1/m) sum_c max_y |S_c intersect S_y| ([T] 4.3's "cluster accuracy").
+
+    found, true: int arrays of any (equal) shape, e.g. per-point [N, n_max]; entries with
+    true < 0 (unknown, padding) are left out; found < 0 (unassigned) points count as wrong.
+    1 for a perfect assignment, invariant to relabelling, and at least the largest true
+    class's share when every point is assigned (K = 1 gives exactly that share).
+    """
+    f, t = np.asarray(found).ravel(), np.asarray(true).ravel()
+    keep = t >= 0
+    f, t = f[keep], t[keep]
+    if len(t) == 0:
+        return float("nan")
+    assigned = f >= 0
+    if not assigned.any():
+        return 0.0
+    table = contingency(f[assigned], t[assigned])
+    return float(table.max(axis=1).sum() / len(t))

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from typing import Callable
 
-from fedclust_jax.data import synthetic
+from fedclust_jax.data import points, synthetic
+from fedclust_jax.data.recipes import RECIPES
 
 DATASETS: dict[str, Callable] = {
     "synthetic-regression": synthetic.mixed_linear_regression,
     "gaussian-mixture": synthetic.gaussian_mixture_classification,
+    "uifca-gaussian": points.gaussian_clusters,
+    "uifca-subspace": points.subspace_clusters,
 }
+
+DATASETS.update(RECIPES)  # the papers' real-data recipes (fedclust_jax.data.recipes)
 
 
 def build_dataset(name: str, key, **params):

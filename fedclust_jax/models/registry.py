@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from fedclust_jax.models.cnn import cifar_cnn_for, femnist_cnn_for
 from fedclust_jax.models.linear import linear_regression
+from fedclust_jax.models.lstm import shakespeare_lstm_for
 from fedclust_jax.models.mlp import mlp
+from fedclust_jax.models.resnet9 import resnet9_for
 
 
 def _linear(data, **params):
@@ -20,6 +23,8 @@ def _mlp(data, hidden=(200,), **params):
 
 
 MODELS: dict[str, Callable] = {"linear": _linear, "mlp": _mlp}
+MODELS.update({"femnist-cnn": femnist_cnn_for, "cifar-cnn": cifar_cnn_for,
+               "resnet9": resnet9_for, "shakespeare-lstm": shakespeare_lstm_for})
 DEFAULT_MODEL = {"regression": "linear", "classification": "mlp"}
 
 

@@ -1,0 +1,58 @@
+"""Shakespeare next-character model (LEAF / SR-FCA / IFCA): Embedding(80 -> 8) -> two stacked
+LSTM layers of 256 -> Linear(256 -> 80) on the last time step.
+
+x: int [n, L] tokens (L = 80 for LEAF windows) -> logits [n, vocab].
+Parameters (vocab 80, embed 8, hidden 256): embedding 640; LSTM 1: 4 * (8 * 256) input
+kernels + 4 * (256 * 256 + 256) recurrent kernels with biases = 271,360; LSTM 2: 525,312;
+output 20,560; total 817,872. (PyTorch's nn.LSTM keeps two bias vectors per gate, 2,048
+more in all; the function is the same.) Flax's cell: orthogonal recurrent kernels, LeCun
+normal input kernels, zero biases. On CPU, map clients with ``lax.map`` rather than vmap
+(DESIGN section 10); batched init of orthogonal kernels can stall XLA CPU, so initialise
+stacks with ``lax.map``.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import nnx
+
+from fedclust_jax.models.base import Model, from_nnx
+
+
+class ShakespeareLSTM(nnx.Module):
+    """tokens [n, L] -> logits [n, vocab] from the last step's top hidden state."""
+
+    def __init__(self, rngs: nnx.Rngs, *, vocab: int = 80, embed: int = 8, hidden: int = 256,
+                 layers: int = 2):
+        self.embed = nnx.Embed(vocab, embed, rngs=rngs)
+        sizes = [embed] + [hidden] * layers
+        self.rnns = nnx.List([nnx.RNN(nnx.OptimizedLSTMCell(a, b, rngs=rngs), rngs=False)
+                              for a, b in zip(sizes[:-1], sizes[1:])])
+        self.out = nnx.Linear(hidden, vocab, rngs=rngs)
+
+    def __call__(self, x):
+        h = self.embed(jnp.asarray(x).astype(jnp.int32))
+        for rnn in self.rnns:
+            zeros = jnp.zeros((h.shape[0], rnn.cell.hidden_features), h.dtype)
+            h = rnn(h, initial_carry=(zeros, zeros))  # LSTM carry (c, h) starts at zero
+        return self.out(h[:, -1])
+
+
+def shakespeare_lstm(vocab: int = 80, *, embed: int = 8, hidden: int = 256,
+                     layers: int = 2) -> Model:
+    """The Shakespeare stacked LSTM; the output layer is the head."""
+    if min(vocab, embed, hidden, layers) < 1:
+        raise ValueError(f"vocab, embed, hidden and layers must be >= 1, got "
+                         f"{(vocab, embed, hidden, layers)}")
+    return from_nnx(f"lstm{layers}x{hidden}",
+                    lambda rngs: ShakespeareLSTM(rngs, vocab=vocab, embed=embed, hidden=hidden,
+                                                 layers=layers),
+                    task="classification", head=("out",))
+
+
+def shakespeare_lstm_for(data, embed: int = 8, hidden: int = 256, layers: int = 2) -> Model:
+    """Registry builder: the vocabulary is ``data.num_classes`` (80 for LEAF Shakespeare)."""
+    if len(data.feature_shape) != 1:
+        raise ValueError(f"shakespeare-lstm needs token sequences [L], data has features "
+                         f"{data.feature_shape}")
+    return shakespeare_lstm(data.num_classes, embed=embed, hidden=hidden, layers=layers)
