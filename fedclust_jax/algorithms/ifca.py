@@ -30,7 +30,7 @@ from fedclust_jax.core.pytree import head_mask, take
 from fedclust_jax.core.train import LocalTraining, client_gradient, local_train
 
 OPTIONS = ("gradient", "model")
-ASSIGNMENTS = ("loss", "oracle")
+ASSIGNMENTS = ("loss", "oracle", "fixed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +39,9 @@ class IFCAConfig:
     (option I uses only lr as gamma and batch_size); participation: fraction of clients per
     round in (0, 1]; weighting: option-II mean, "equal" (paper) or "samples";
     weight_sharing: average the body over all participants, heads per cluster;
-    assignment: "loss" (IFCA) or "oracle" (frozen to the true clusters: the known-cluster
-    baseline); chunk: clients per vectorized chunk."""
+    assignment: "loss" (IFCA), "oracle" (frozen to the true clusters: the known-cluster
+    baseline) or "fixed" (frozen to the ``assign`` given to ``init``: per-cluster FedAvg
+    after a one-shot clustering); chunk: clients per vectorized chunk."""
 
     num_clusters: int = 2
     option: str = "model"
@@ -77,16 +78,21 @@ class IFCA:
             raise ValueError("oracle assignment needs K equal to the data's number of true "
                              f"clusters ({data.num_true_clusters}), got {self.cfg.num_clusters}")
 
-    def init(self, key, data, params=None) -> ClusterState:
+    def init(self, key, data, params=None, assign=None) -> ClusterState:
         """K independently initialised models (or ``params`` [K, ...] given); with weight
-        sharing all K start from model 0's body."""
+        sharing all K start from model 0's body. ``assign`` int32[N]: the frozen clustering
+        when assignment="fixed"."""
         k = self.cfg.num_clusters
         if params is None:
             params = jax.vmap(self.model.init)(jax.random.split(key, k))
         if self.cfg.weight_sharing:
             params = self._share_body(params)
-        assign = data.cluster if self.cfg.assignment == "oracle" else jnp.full(
-            (data.num_clients,), -1, jnp.int32)
+        if self.cfg.assignment == "fixed" and assign is None:
+            raise ValueError('assignment="fixed" needs the clustering: init(..., assign=...)')
+        if self.cfg.assignment == "oracle":
+            assign = data.cluster
+        elif self.cfg.assignment == "loss":
+            assign = jnp.full((data.num_clients,), -1, jnp.int32)
         return ClusterState(params=params, assign=assign.astype(jnp.int32),
                             round=jnp.zeros((), jnp.int32))
 
@@ -104,7 +110,7 @@ class IFCA:
         idx, keys = participants(key, n, cfg.participation)
         part = data.take(idx)
         found, loss = self.assign(state.params, part.x, part.y, part.count)
-        assign = state.assign[idx] if cfg.assignment == "oracle" else found
+        assign = found if cfg.assignment == "loss" else state.assign[idx]
         start = take(state.params, assign)
         lr = cfg.local.lr_at(state.round)
         heads = head_mask(state.params, self.model.head) if cfg.weight_sharing else None
@@ -138,7 +144,7 @@ class IFCA:
 
     def evaluate(self, state, data) -> dict:
         """Assignments recomputed for every client with the final models on training data."""
-        assign = state.assign if self.cfg.assignment == "oracle" else self.assign(
+        assign = state.assign if self.cfg.assignment != "loss" else self.assign(
             state.params, data.x, data.y, data.count)[0]
         return dict(evaluate_clusters(self.model, state.params, assign, data, chunk=self.cfg.chunk),
                     assign=assign, cluster_params=state.params)
