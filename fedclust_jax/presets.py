@@ -37,6 +37,19 @@ PRESETS: dict[str, dict] = {
             "oracle": {"lr": 0.1, "steps": 5},
         },
     },
+    # Real data without a download: scikit-learn's 8x8 digits rotated by k*90 degrees (k=4).
+    "rotated-digits": {
+        "dataset": "rotated-digits",
+        "data": {"num_clusters": 4, "num_clients": 40, "n": 100, "n_test": 40},
+        "model_args": {"hidden": [200]},
+        "rounds": 50,
+        "algorithms": {
+            "fedavg": {"lr": 0.1, "steps": 10},
+            "local": {"lr": 0.1, "steps": 10},
+            "ifca": {"num_clusters": 4, "option": "model", "lr": 0.1, "steps": 10, "restarts": 3},
+            "oracle": {"lr": 0.1, "steps": 10},
+        },
+    },
 }
 DEFAULT_PRESET = "ifca-synthetic"
 
