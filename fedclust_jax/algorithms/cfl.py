@@ -1,0 +1,180 @@
+"""CFL (Sattler, Mueller, Samek 2021): clustered FL by recursive bipartition.
+
+Each round every client trains ``local.steps`` steps from its cluster's model theta_c and
+uploads the update dtheta_i; theta_c <- theta_c + mean of its members' updates. A cluster c
+with more than ``min_size`` members is split in two when, after ``warmup`` rounds,
+  ||mean_{i in c} dtheta_i|| < eps1   (near a stationary point of the cluster objective)
+  and max_{i in c} ||dtheta_i|| > eps2   (some clients are still far from theirs).
+The split is the optimal bipartition of the cosine similarities alpha_ij of the members'
+updates (minimise the largest cross similarity), found as complete-linkage agglomerative
+clustering into two groups; both halves start from theta_c.
+
+``target_clusters`` (the SR-FCA authors' code, which overrides the criterion with
+``or True``): the norm criterion is ignored and clusters split until there are that many.
+Clusters live on a static ``k_max`` axis with an ``active`` prefix mask.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from jax import lax
+
+from fedclust_jax.algorithms.base import check_chunk, evaluate_clusters
+from fedclust_jax.core.aggregate import cluster_mean, membership
+from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.losses import loss_matrix
+from fedclust_jax.core.pairwise import cosine_similarity
+from fedclust_jax.core.participation import client_keys
+from fedclust_jax.core.pytree import flatten_stacked, take
+from fedclust_jax.core.train import LocalTraining, local_train
+
+
+@dataclasses.dataclass(frozen=True)
+class CFLConfig:
+    """eps1, eps2: the split criterion's norm thresholds; min_size: clusters of more than
+    this many clients may split (Sattler's code: 2); warmup: rounds before any split;
+    target_clusters: None (criterion) or K (split until K clusters, the SR-FCA code);
+    k_max: size of the cluster axis; local: client training; chunk: clients per chunk."""
+
+    eps1: float = 0.4
+    eps2: float = 1.6
+    min_size: int = 2
+    warmup: int = 20
+    target_clusters: int | None = None
+    k_max: int = 8
+    local: LocalTraining = LocalTraining()
+    chunk: int | None = None
+
+    def __post_init__(self):
+        if not (self.eps1 >= 0 and self.eps2 >= 0):
+            raise ValueError(f"eps1 and eps2 must be >= 0, got {self.eps1}, {self.eps2}")
+        if not isinstance(self.min_size, int) or self.min_size < 1:
+            raise ValueError(f"min_size must be an integer >= 1, got {self.min_size!r}")
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"warmup must be an integer >= 0, got {self.warmup!r}")
+        if not isinstance(self.k_max, int) or self.k_max < 1:
+            raise ValueError(f"k_max must be an integer >= 1, got {self.k_max!r}")
+        if self.target_clusters is not None and not (
+                isinstance(self.target_clusters, int) and 1 <= self.target_clusters <= self.k_max):
+            raise ValueError(f"target_clusters must be an integer in [1, k_max={self.k_max}], "
+                             f"got {self.target_clusters!r}")
+        check_chunk(self.chunk)
+
+
+@struct.dataclass
+class CFLState:
+    """params [K_max, ...]; active bool[K_max] (a prefix); assign int32[N]; round."""
+
+    params: object
+    active: jax.Array
+    assign: jax.Array
+    round: jax.Array
+
+
+def bipartition(sim: jax.Array, member: jax.Array) -> jax.Array:
+    """bool[N]: the second group of the complete-linkage split of ``member`` into two.
+
+    sim: [N, N] similarities (distance = -sim); member: bool[N]. Groups merge in order of
+    their largest pairwise distance until two remain; the group holding the lowest member
+    index is the first. Fewer than two members: all False.
+    """
+    n = sim.shape[0]
+    eye = jnp.eye(n, dtype=bool)
+    dist = jnp.where(member[:, None] & member[None, :], -sim, jnp.inf)
+
+    def body(_, carry):
+        g, alive, label = carry
+        pair = jnp.where(alive[:, None] & alive[None, :] & ~eye, g, jnp.inf)
+        flat = jnp.argmin(pair)
+        a, b = flat // n, flat % n
+        a, b = jnp.minimum(a, b), jnp.maximum(a, b)
+        row = jnp.maximum(g[a], g[b])
+        merged = (g.at[a, :].set(row).at[:, a].set(row), alive.at[b].set(False),
+                  jnp.where(label == b, a, label))
+        go = alive.sum() > 2
+        return jax.tree.map(lambda x, y: jnp.where(go, x, y), merged, carry)
+
+    init = (dist, member, jnp.arange(n))
+    _, _, label = lax.fori_loop(0, max(n - 2, 0), body, init)
+    first = jnp.argmax(member)
+    return member & (label != label[first])
+
+
+class CFL:
+    name = "cfl"
+    clusters_clients = True
+
+    def __init__(self, model, cfg: CFLConfig = CFLConfig()):
+        self.model, self.cfg = model, cfg
+
+    def init(self, key, data) -> CFLState:
+        k = self.cfg.k_max
+        p = self.model.init(key)
+        params = jax.tree.map(lambda a: jnp.broadcast_to(a, (k,) + a.shape), p)
+        return CFLState(params=params, active=jnp.arange(k) < 1,
+                        assign=jnp.zeros((data.num_clients,), jnp.int32),
+                        round=jnp.zeros((), jnp.int32))
+
+    def round(self, state: CFLState, key, data):
+        cfg, n, k = self.cfg, data.num_clients, self.cfg.k_max
+        ids = jnp.arange(n)
+        start = take(state.params, state.assign)
+        lr = cfg.local.lr_at(state.round)
+        trained = map_clients(
+            lambda p, x, y, c, kk: local_train(self.model, cfg.local, p, x, y, c, kk, lr),
+            start, data.x, data.y, data.count, client_keys(key, ids), chunk=cfg.chunk)
+        params = cluster_mean(trained, state.assign, state.params)
+        delta = flatten_stacked(trained) - flatten_stacked(start)                 # [N, P]
+
+        member = membership(state.assign, k) > 0                                 # [K, N]
+        size = member.sum(1)
+        mean_update = (member.astype(delta.dtype) @ delta) / jnp.maximum(size, 1)[:, None]
+        mean_norm = jnp.sqrt((mean_update ** 2).sum(1))
+        norms = jnp.sqrt((delta ** 2).sum(1))
+        max_norm = jnp.max(jnp.where(member, norms[None, :], 0.0), axis=1)
+        can = state.active & (size > cfg.min_size) & (state.round >= cfg.warmup)
+        n_active = state.active.sum()
+        if cfg.target_clusters is None:
+            want = can & (mean_norm < cfg.eps1) & (max_norm > cfg.eps2)
+            room = k - n_active
+        else:
+            want = can
+            room = cfg.target_clusters - n_active
+        rank = jnp.cumsum(want) - 1
+        split = want & (rank < room)
+        new_id = n_active + rank                                                   # [K]
+
+        sim = cosine_similarity(delta)
+        second = jax.vmap(lambda m: bipartition(sim, m))(member & split[:, None])  # [K, N]
+        moved = second.any(0)
+        src = jnp.argmax(second, axis=0)                                           # old cluster
+        assign = jnp.where(moved, new_id[src], state.assign).astype(jnp.int32)
+        # new slots copy their parent's model
+        parent = jnp.full((k,), -1, jnp.int32).at[jnp.where(split, new_id, k)].set(
+            jnp.arange(k, dtype=jnp.int32), mode="drop")
+        params = jax.tree.map(
+            lambda a: jnp.where((parent >= 0).reshape((-1,) + (1,) * (a.ndim - 1)),
+                                a[jnp.clip(parent, 0, k - 1)], a), params)
+        active = state.active | (parent >= 0)
+        new = CFLState(params=params, active=active, assign=assign, round=state.round + 1)
+        return new, dict(num_clusters=active.sum(), mean_norm=jnp.max(jnp.where(state.active, mean_norm, 0.0)),
+                         max_norm=jnp.max(max_norm))
+
+    def objective(self, state, data):
+        loss, _ = loss_matrix(self.model, state.params, data.x, data.y, data.count,
+                              chunk=self.cfg.chunk)
+        return loss[jnp.arange(loss.shape[0]), state.assign].mean()
+
+    def evaluate(self, state, data) -> dict:
+        ev = evaluate_clusters(self.model, state.params, state.assign, data, chunk=self.cfg.chunk)
+        loss = jnp.where(state.active[None, :], ev["test_loss_matrix"], jnp.inf)
+        best = jnp.argmin(loss, axis=1)
+        rows = jnp.arange(loss.shape[0])
+        ev.update(test_loss=ev["test_loss_matrix"][rows, best],
+                  test_acc=ev["test_acc_matrix"][rows, best])
+        return dict(ev, assign=state.assign, cluster_params=state.params,
+                    num_clusters=jnp.sum(state.active))

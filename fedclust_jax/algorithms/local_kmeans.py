@@ -1,0 +1,97 @@
+"""Local-KMeans (Ghosh et al. 2019, as a baseline of SR-FCA): k-means on local models.
+
+Every client trains alone from one common init (``rounds`` x ``local.steps`` steps); at
+evaluation the server runs k-means (k-means++ seeding, best of ``n_init``) on the flattened
+local weights [N, P]. Cluster j's model is its centroid (the average of its members'
+weights), with no further training, as the SR-FCA authors' code; client i is scored
+with the centroid of its cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from fedclust_jax.algorithms.base import check_chunk, check_clusters, evaluate_clusters
+from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.kmeans import kmeans
+from fedclust_jax.core.losses import own_loss
+from fedclust_jax.core.participation import client_keys
+from fedclust_jax.core.pytree import flatten_stacked, unflatten_stacked
+from fedclust_jax.core.train import LocalTraining, local_train
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalKMeansConfig:
+    """num_clusters: k; kmeans_iters: Lloyd iterations; n_init: k-means restarts (lowest
+    inertia kept); local: the clients' training per round; chunk: clients per chunk."""
+
+    num_clusters: int = 2
+    kmeans_iters: int = 50
+    n_init: int = 4
+    local: LocalTraining = LocalTraining()
+    chunk: int | None = None
+
+    def __post_init__(self):
+        check_clusters(self.num_clusters)
+        for name in ("kmeans_iters", "n_init"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        check_chunk(self.chunk)
+
+
+@struct.dataclass
+class LocalKMeansState:
+    params: object  # [N, ...] local models
+    key: jax.Array  # for the k-means seeding at evaluation
+    round: jax.Array
+
+
+class LocalKMeans:
+    name = "local_kmeans"
+    clusters_clients = True
+
+    def __init__(self, model, cfg: LocalKMeansConfig = LocalKMeansConfig()):
+        self.model, self.cfg = model, cfg
+
+    def check_data(self, data):
+        check_clusters(self.cfg.num_clusters, data.num_clients)
+
+    def init(self, key, data) -> LocalKMeansState:
+        k_init, k_means = jax.random.split(key)
+        p = self.model.init(k_init)
+        params = jax.tree.map(lambda a: jnp.broadcast_to(a, (data.num_clients,) + a.shape), p)
+        return LocalKMeansState(params=params, key=k_means, round=jnp.zeros((), jnp.int32))
+
+    def round(self, state, key, data):
+        keys = client_keys(key, jnp.arange(data.num_clients))
+        cfg = self.cfg
+        params = map_clients(
+            lambda p, x, y, c, k: local_train(self.model, cfg.local, p, x, y, c, k,
+                                              cfg.local.lr_at(state.round)),
+            state.params, data.x, data.y, data.count, keys, chunk=cfg.chunk)
+        loss, _ = own_loss(self.model, params, data.x, data.y, data.count, chunk=cfg.chunk)
+        return state.replace(params=params, round=state.round + 1), dict(train_loss=loss.mean())
+
+    def cluster(self, state):
+        """(centroid params [k, ...], labels int32[N]) of k-means on the local weights."""
+        flat = flatten_stacked(state.params)
+        keys = jax.random.split(state.key, self.cfg.n_init)
+        centres, labels, inertia = jax.vmap(
+            lambda k: kmeans(k, flat, self.cfg.num_clusters, iters=self.cfg.kmeans_iters))(keys)
+        best = jnp.argmin(inertia)
+        like = jax.tree.map(lambda a: a[: self.cfg.num_clusters], state.params)
+        return unflatten_stacked(centres[best], like), labels[best]
+
+    def objective(self, state, data):
+        return own_loss(self.model, state.params, data.x, data.y, data.count,
+                        chunk=self.cfg.chunk)[0].mean()
+
+    def evaluate(self, state, data) -> dict:
+        centroids, labels = self.cluster(state)
+        ev = evaluate_clusters(self.model, centroids, labels, data, chunk=self.cfg.chunk)
+        return dict(ev, assign=labels, cluster_params=centroids)

@@ -1,0 +1,119 @@
+"""ONE_SHOT-IFCA (a baseline of SR-FCA): IFCA started from SR-FCA's ONE_SHOT clustering.
+
+``init`` runs ONE_SHOT (core.oneshot); its C clusters fix K = C, and cluster c's starting
+model is the average of its members' ONE_SHOT models (all trained from one common init).
+Each round is an IFCA round (model averaging, option II) over the active clusters: every
+participant joins the active model of lowest training loss, trains ``local.steps`` steps
+from it, and each cluster's model becomes the mean of its participants' models (an empty
+cluster keeps its model). Clusters live on a static ``k_max`` axis with an ``active`` mask.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from fedclust_jax.algorithms.base import check_chunk, evaluate_clusters
+from fedclust_jax.core.aggregate import cluster_mean
+from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.losses import loss_matrix
+from fedclust_jax.core.oneshot import check_graph_options, one_shot, replace_steps
+from fedclust_jax.core.participation import num_participants, participants
+from fedclust_jax.core.pytree import take
+from fedclust_jax.core.train import LocalTraining, local_train
+
+
+@dataclasses.dataclass(frozen=True)
+class OneShotIFCAConfig:
+    """ONE_SHOT options as ``SRFCAConfig`` (lam, lam_quantile, t, metric, graph,
+    one_shot_steps, k_max); participation: fraction of clients per IFCA round; local: the
+    clients' training (ONE_SHOT uses it with one_shot_steps steps); chunk: clients per chunk."""
+
+    lam: float | None = 1.0
+    lam_quantile: float | None = None
+    t: int = 2
+    metric: str = "cross_loss"
+    graph: str = "components"
+    one_shot_steps: int = 100
+    k_max: int | None = None
+    participation: float = 1.0
+    local: LocalTraining = LocalTraining()
+    chunk: int | None = None
+
+    def __post_init__(self):
+        check_graph_options(lam=self.lam, lam_quantile=self.lam_quantile, t=self.t,
+                            metric=self.metric, graph=self.graph)
+        if not isinstance(self.one_shot_steps, int) or self.one_shot_steps < 1:
+            raise ValueError(f"one_shot_steps must be an integer >= 1, got {self.one_shot_steps!r}")
+        if self.k_max is not None and (not isinstance(self.k_max, int) or self.k_max < 1):
+            raise ValueError(f"k_max must be an integer >= 1 or None, got {self.k_max!r}")
+        num_participants(1, self.participation)
+        check_chunk(self.chunk)
+
+
+@struct.dataclass
+class OneShotIFCAState:
+    """params [K_max, ...]; active bool[K_max]; assign int32[N]; round."""
+
+    params: object
+    active: jax.Array
+    assign: jax.Array
+    round: jax.Array
+
+
+class OneShotIFCA:
+    name = "oneshot_ifca"
+    clusters_clients = True
+
+    def __init__(self, model, cfg: OneShotIFCAConfig = OneShotIFCAConfig()):
+        self.model, self.cfg = model, cfg
+
+    def init(self, key, data) -> OneShotIFCAState:
+        cfg, n = self.cfg, data.num_clients
+        k = cfg.k_max or max(1, n // cfg.t)
+        res = one_shot(key, self.model, data, local=replace_steps(cfg.local, cfg.one_shot_steps),
+                       lam=cfg.lam, lam_quantile=cfg.lam_quantile, t=cfg.t, metric=cfg.metric,
+                       graph=cfg.graph, k_max=k, chunk=cfg.chunk)
+        w0 = jax.tree.map(lambda a: jnp.broadcast_to(a, (k,) + a.shape), res.w0)
+        params = cluster_mean(res.local, res.labels, w0)
+        active = jnp.zeros((k,), bool).at[jnp.where(res.labels >= 0, res.labels, k)].set(
+            True, mode="drop")
+        return OneShotIFCAState(params=params, active=active, assign=res.labels,
+                                round=jnp.zeros((), jnp.int32))
+
+    def assign(self, state, x, y, count):
+        """(assignment int32[M] among active clusters, masked loss matrix [M, K_max])."""
+        loss, _ = loss_matrix(self.model, state.params, x, y, count, chunk=self.cfg.chunk)
+        loss = jnp.where(state.active[None, :], loss, jnp.inf)
+        return jnp.argmin(loss, axis=1).astype(jnp.int32), loss
+
+    def round(self, state, key, data):
+        cfg = self.cfg
+        idx, keys = participants(key, data.num_clients, cfg.participation)
+        part = data.take(idx)
+        assign, loss = self.assign(state, part.x, part.y, part.count)
+        lr = cfg.local.lr_at(state.round)
+        trained = map_clients(
+            lambda p, x, y, c, k: local_train(self.model, cfg.local, p, x, y, c, k, lr),
+            take(state.params, assign), part.x, part.y, part.count, keys, chunk=cfg.chunk)
+        params = cluster_mean(trained, assign, state.params)
+        new = state.replace(params=params, assign=state.assign.at[idx].set(assign),
+                            round=state.round + 1)
+        return new, dict(train_loss=loss.min(axis=1).mean(), num_clusters=state.active.sum())
+
+    def objective(self, state, data):
+        return self.assign(state, data.x, data.y, data.count)[1].min(axis=1).mean()
+
+    def evaluate(self, state, data) -> dict:
+        assign, _ = self.assign(state, data.x, data.y, data.count)
+        ev = evaluate_clusters(self.model, state.params, assign, data, chunk=self.cfg.chunk)
+        loss = jnp.where(state.active[None, :], ev["test_loss_matrix"], jnp.inf)
+        best = jnp.argmin(loss, axis=1)
+        rows = jnp.arange(loss.shape[0])
+        ev.update(test_loss=ev["test_loss_matrix"][rows, best],
+                  test_acc=ev["test_acc_matrix"][rows, best])
+        return dict(ev, assign=assign, cluster_params=state.params,
+                    num_clusters=jnp.sum(state.active))

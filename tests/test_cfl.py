@@ -1,0 +1,66 @@
+"""CFL: bipartition, splitting opposite clusters, not splitting one cluster."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedclust_jax import metrics
+from fedclust_jax.algorithms.cfl import CFL, CFLConfig, bipartition
+from fedclust_jax.core.train import LocalTraining
+from fedclust_jax.models.linear import linear_regression
+from tests.helpers import orthogonal_design
+
+
+def test_bipartition_complete_linkage():
+    v = jnp.asarray([[1.0, 0.1], [1.0, 0.0], [0.9, -0.1], [-1.0, 0.0], [-1.0, 0.2], [0.0, 5.0]])
+    u = v / jnp.linalg.norm(v, axis=1, keepdims=True)
+    member = jnp.asarray([1, 1, 1, 1, 1, 0], bool)
+    side = np.asarray(bipartition(u @ u.T, member))
+    np.testing.assert_array_equal(side, [0, 0, 0, 1, 1, 0])
+    assert not np.asarray(bipartition(u @ u.T, jnp.asarray([0, 1, 0, 0, 0, 0], bool))).any()
+
+
+def run(theta_star, per_cluster, rounds, **kw):
+    data = orthogonal_design(jnp.asarray(theta_star, jnp.float32), per_cluster)
+    model = linear_regression(theta_star.shape[1], init="zeros")
+    cfg = CFLConfig(**dict(dict(eps1=0.2, eps2=0.5, warmup=3, k_max=4,
+                                local=LocalTraining(steps=2, lr=0.05)), **kw))
+    alg = CFL(model, cfg)
+    state = alg.init(jax.random.key(0), data)
+    step = jax.jit(alg.round)
+    for t in range(rounds):
+        state, m = step(state, jax.random.key(t), data)
+    return alg, state, data
+
+
+def test_cfl_splits_opposite_update_directions():
+    theta = np.ones((1, 6)) * 2.0
+    alg, state, data = run(np.concatenate([theta, -theta]), 5, 12)
+    assert int(state.active.sum()) == 2
+    assert metrics.misclustering(state.assign, data.cluster) == 0.0
+    ev = alg.evaluate(state, data)
+    assert float(np.mean(ev["assigned_test_loss"])) < 1.0
+
+
+def test_cfl_does_not_split_one_cluster():
+    rng = np.random.default_rng(0)
+    theta = rng.normal(size=(1, 6)) * 2.0
+    alg, state, data = run(theta, 10, 25)
+    assert int(state.active.sum()) == 1
+    assert (np.asarray(state.assign) == 0).all()
+
+
+def test_cfl_forced_split_to_target():
+    theta = np.ones((1, 6)) * 2.0
+    alg, state, data = run(np.concatenate([theta, -theta, theta * 0.5 * np.r_[1, -1, 1, -1, 1, -1]]),
+                           4, 10, target_clusters=3)
+    assert int(state.active.sum()) == 3
+    assert metrics.misclustering(state.assign, data.cluster) == 0.0
+
+
+def test_cfl_bad_config():
+    with pytest.raises(ValueError, match="target_clusters"):
+        CFLConfig(target_clusters=9, k_max=8)
+    with pytest.raises(ValueError, match="eps1"):
+        CFLConfig(eps1=-1.0)
