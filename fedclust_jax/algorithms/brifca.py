@@ -1,0 +1,196 @@
+"""BR-IFCA (Tao, Yang, Kulkarni), Algorithm 1: Byzantine-robust IFCA.
+
+Every round, with all m machines:
+  normal i:    jhat_i = argmin_j F_i(theta_j) (full local loss, ties to the lowest index),
+               g_i = grad F_i(theta_{jhat_i})
+  Byzantine b: jhat_b, g_b from the attack (``fedclust_jax.attacks``)
+  theta_j <- Proj(theta_j - gamma * agg({g_i : jhat_i = j}))
+agg: coordinate-wise median (option I) or beta-trimmed mean (option II, beta = trim_frac,
+floor(beta |G_j|) trimmed per side), or any rule of ``core.robust.RULES`` for comparison.
+An empty cluster is not updated.
+
+step="paper": theta_j - gamma * agg (the paper). step="ifca": theta_j - gamma (|G_j| / m) agg,
+the IFCA code's scaling (the sum of assigned gradients divided by all m); with agg = mean
+(or trim_frac = 0) and no Byzantine machine this is exactly IFCA option I.
+Byzantine machines are the last round(byz_frac * m) (``attacks.byzantine_mask``).
+Projection onto the ball of radius ``projection_radius`` (None: none, as the code).
+init="model": the model's own initialisation; "unit_bernoulli": every cluster model a
+Bernoulli(0.5) vector of norm 1 (the authors' code, for linear models).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from fedclust_jax.algorithms.base import ClusterState, check_chunk, check_clusters, evaluate_clusters
+from fedclust_jax.attacks import attack_from_config
+from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
+from fedclust_jax.attacks.rounds import byzantine_assign, byzantine_gradients
+from fedclust_jax.core.losses import loss_matrix
+from fedclust_jax.core.participation import client_keys
+from fedclust_jax.core.robust import MEDIANS, METHODS, check_rule, cluster_aggregate
+from fedclust_jax.core.train import LocalTraining
+
+STEPS = ("paper", "ifca")
+INITS = ("model", "unit_bernoulli")
+
+
+def check_fracs(trim_frac, byz_frac):
+    if not 0 <= trim_frac < 0.5:
+        raise ValueError(f"trim_frac (beta) must be in [0, 0.5), got {trim_frac}")
+    if not 0 <= byz_frac < 1:
+        raise ValueError(f"byz_frac must be in [0, 1), got {byz_frac}")
+
+
+def robust_init(model, key, k: int, init: str):
+    """[K, ...] initial cluster params (see module docstring for ``init``)."""
+    params = jax.vmap(model.init)(jax.random.split(key, k))
+    if init == "model":
+        return params
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.fold_in(key, 1), len(leaves))
+    out = []
+    for kk, a in zip(keys, leaves):
+        b = jax.random.bernoulli(kk, 0.5, (8,) + a.shape).astype(jnp.float32)
+        b = b.reshape(8, k, -1)
+        first = jnp.argmax(b.sum(-1) > 0, axis=0)
+        b = b[first, jnp.arange(k)]
+        b = b / jnp.maximum(jnp.linalg.norm(b, axis=1, keepdims=True), 1e-30)
+        out.append(b.reshape(a.shape).astype(a.dtype))
+    return jax.tree.unflatten(tree, out)
+
+
+def project(params, radius):
+    """Each cluster's params (all leaves jointly) projected onto the l2 ball of ``radius``."""
+    if radius is None:
+        return params
+    sq = sum(jnp.sum(a.reshape(a.shape[0], -1) ** 2, axis=1) for a in jax.tree.leaves(params))
+    f = jnp.minimum(1.0, radius / jnp.maximum(jnp.sqrt(sq), 1e-30))
+    return jax.tree.map(lambda a: a * f.reshape((-1,) + (1,) * (a.ndim - 1)), params)
+
+
+@dataclasses.dataclass(frozen=True)
+class BRIFCAConfig:
+    """num_clusters: k; aggregator: "median" (option I), "trimmed_mean" (option II) or
+    another ``core.robust.RULES`` entry; trim_frac: beta; median: "mid" (paper) or "lower"
+    (code's torch.median); local: lr = gamma (code 0.01), batch_size None = full local loss;
+    step, init, projection_radius: see module docstring; byz_frac: Byzantine fraction alpha;
+    attack / attack_scale / attack_std / attack_eps / attack_z / placement: see
+    ``fedclust_jax.attacks``; krum_frac, clip_tau, clip_iters, gm_iters: other rules'
+    settings; method: coordinate-wise sorting backend; chunk: clients per vectorized chunk."""
+
+    num_clusters: int = 2
+    aggregator: str = "trimmed_mean"
+    trim_frac: float = 0.05
+    median: str = "mid"
+    local: LocalTraining = LocalTraining(steps=1, lr=0.01)
+    step: str = "paper"
+    init: str = "model"
+    projection_radius: float | None = None
+    byz_frac: float = 0.0
+    attack: str = "none"
+    attack_scale: float = 3.0
+    attack_std: float = 1.0
+    attack_eps: float = 0.1
+    attack_z: float | None = None
+    placement: str = "loss"
+    krum_frac: float = 0.1
+    clip_tau: float = 1.0
+    clip_iters: int = 1
+    gm_iters: int = 10
+    method: str = "auto"
+    chunk: int | None = None
+
+    def __post_init__(self):
+        check_clusters(self.num_clusters)
+        check_rule(self.aggregator)
+        check_fracs(self.trim_frac, self.byz_frac)
+        if self.median not in MEDIANS:
+            raise ValueError(f"median must be one of {MEDIANS}, got {self.median!r}")
+        if self.step not in STEPS:
+            raise ValueError(f"step must be one of {STEPS}, got {self.step!r}")
+        if self.init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.projection_radius is not None and not self.projection_radius > 0:
+            raise ValueError(f"projection_radius must be > 0 or None, got {self.projection_radius}")
+        attack_from_config(self)
+        check_chunk(self.chunk)
+
+
+def aggregate_uploads(cfg, grads, assign, params):
+    """Per-cluster robust aggregate [K, ...] of the uploads; zeros for empty clusters."""
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    return cluster_aggregate(cfg.aggregator, grads, assign, zeros, trim_frac=cfg.trim_frac,
+                             median=cfg.median, krum_frac=cfg.krum_frac, clip_tau=cfg.clip_tau,
+                             clip_iters=cfg.clip_iters, gm_iters=cfg.gm_iters, method=cfg.method)
+
+
+def check_population(cfg, num_clients: int):
+    """Errors before compute: K > clients, or Byzantine machines >= machines."""
+    check_clusters(cfg.num_clusters, num_clients)
+    num_byzantine(num_clients, cfg.byz_frac)
+
+
+class BRIFCA:
+    name = "brifca"
+    clusters_clients = True
+
+    def __init__(self, model, cfg: BRIFCAConfig = BRIFCAConfig()):
+        self.model, self.cfg = model, cfg
+        self.attack = attack_from_config(cfg)
+
+    def check_data(self, data):
+        check_population(self.cfg, data.num_clients)
+
+    def init(self, key, data, params=None) -> ClusterState:
+        if params is None:
+            params = robust_init(self.model, key, self.cfg.num_clusters, self.cfg.init)
+        return ClusterState(params=params, assign=jnp.full((data.num_clients,), -1, jnp.int32),
+                            round=jnp.zeros((), jnp.int32))
+
+    def round(self, state: ClusterState, key, data):
+        n = data.num_clients
+        return self.step(state, key, data, byzantine_mask(n, self.cfg.byz_frac),
+                         num_byzantine(n, self.cfg.byz_frac))
+
+    def step(self, state: ClusterState, key, data, byz, num_byz):
+        """One round with an explicit Byzantine mask bool[m] and count (may be traced, so
+        one compiled program serves several Byzantine fractions)."""
+        cfg, n = self.cfg, data.num_clients
+        ids = jnp.arange(n, dtype=jnp.int32)
+        assign, loss, y = byzantine_assign(self.model, self.attack, state.params, data.x, data.y,
+                                           data.count, byz, num_classes=data.num_classes,
+                                           chunk=cfg.chunk)
+        grads = byzantine_gradients(self.model, cfg.local, self.attack, jax.random.fold_in(key, 2),
+                                    state.params, assign, data.x, y, data.count,
+                                    client_keys(key, ids), byz, num_byz=num_byz, chunk=cfg.chunk)
+        agg = aggregate_uploads(cfg, grads, assign, state.params)
+        lr = cfg.local.lr_at(state.round)
+        if cfg.step == "ifca":
+            frac = jnp.sum(jax.nn.one_hot(assign, cfg.num_clusters), axis=0) / n
+            agg = jax.tree.map(lambda g: g * frac.reshape((-1,) + (1,) * (g.ndim - 1)), agg)
+        params = project(jax.tree.map(lambda p, g: p - lr * g, state.params, agg),
+                         cfg.projection_radius)
+        honest_loss = jnp.where(byz, jnp.nan, loss.min(axis=1))
+        return (ClusterState(params=params, assign=assign, round=state.round + 1),
+                dict(train_loss=jnp.nanmean(honest_loss)))
+
+    def _assign(self, params, data):
+        loss, _ = loss_matrix(self.model, params, data.x, data.y, data.count, chunk=self.cfg.chunk)
+        return jnp.argmin(loss, axis=1).astype(jnp.int32), loss
+
+    def objective(self, state, data):
+        """Mean over honest machines of min_j F_i(theta_j)."""
+        byz = byzantine_mask(data.num_clients, self.cfg.byz_frac)
+        loss = self._assign(state.params, data)[1].min(axis=1)
+        return jnp.sum(jnp.where(byz, 0.0, loss)) / jnp.maximum(jnp.sum(~byz), 1)
+
+    def evaluate(self, state, data) -> dict:
+        assign = self._assign(state.params, data)[0]
+        return dict(evaluate_clusters(self.model, state.params, assign, data, chunk=self.cfg.chunk),
+                    assign=assign, cluster_params=state.params)

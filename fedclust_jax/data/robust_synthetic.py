@@ -1,0 +1,104 @@
+"""Synthetic data of the two robust clustered-FL papers.
+
+``brifca_regression``: the BR-IFCA paper's mixed linear regression with Byzantine machines
+  (its Section 6): y = <x, theta*_j> + eps, x ~ N(0, I_d), eps ~ N(0, sigma^2), sigma^2 = 0.2,
+  theta*_j ~ Bernoulli(0.5)^d rescaled to norm 1; Byzantine machine b holds the same kind of
+  data for its own theta_b of norm ``byz_norm`` (3): the paper's outlier attack data.
+``threshold_blobs``: the threshold-clustering paper's Section 4.3 points (90 points in 10-D
+  from 10 isotropic Gaussian blobs with fixed centers and std sigma), one point per client.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from fedclust_jax.attacks.byzantine import num_byzantine
+from fedclust_jax.data.federated import FederatedData
+
+
+def unit_bernoulli(key, k: int, d: int, norm: float = 1.0, tries: int = 8) -> jax.Array:
+    """[k, d] Bernoulli(0.5)^d vectors rescaled to l2 norm ``norm``; an all-zero draw is
+    redrawn (as the BR-IFCA code), up to ``tries`` times (a zero survives w.p. 2^(-tries d))."""
+    b = jax.random.bernoulli(key, 0.5, (tries, k, d)).astype(jnp.float32)
+    nonzero = b.sum(-1) > 0                                            # [tries, k]
+    first = jnp.argmax(nonzero, axis=0)                                # [k]
+    b = b[first, jnp.arange(k)]
+    n = jnp.linalg.norm(b, axis=1, keepdims=True)
+    return norm * b / jnp.where(n > 0, n, 1.0)
+
+
+def brifca_regression(key, *, num_clients: int = 200, num_clusters: int = 5,
+                      byz_frac: float = 0.05, dim: int = 50, samples_per_client: int = 100,
+                      test_samples_per_client: int = 100, noise_var: float = 0.2,
+                      byz_norm: float = 3.0) -> FederatedData:
+    """BR-IFCA synthetic regression (m machines, k clusters, fraction alpha Byzantine).
+
+    m_b = round(byz_frac * m) Byzantine machines come last (true cluster -1); the m - m_b
+    honest machines are split equally over the k clusters (the paper: 38 per cluster, e.g.
+    m = 200, k = 5, alpha = 0.05). ``true_params``: theta* [k, d]. x [m, n, d], y [m, n].
+    """
+    if num_clusters < 1 or dim < 1 or samples_per_client < 1 or test_samples_per_client < 1:
+        raise ValueError("num_clusters, dim and sample counts must be >= 1")
+    if noise_var < 0:
+        raise ValueError(f"noise_var must be >= 0, got {noise_var}")
+    b = num_byzantine(num_clients, byz_frac)
+    honest = num_clients - b
+    if honest % num_clusters:
+        raise ValueError(f"{honest} honest machines (m = {num_clients}, {b} Byzantine) cannot be "
+                         f"split equally over k = {num_clusters} clusters")
+    cluster = jnp.concatenate([jnp.arange(honest, dtype=jnp.int32) // (honest // num_clusters),
+                               jnp.full((b,), -1, jnp.int32)])
+    k_theta, k_byz, k_train, k_test = jax.random.split(key, 4)
+    theta = unit_bernoulli(k_theta, num_clusters, dim)
+    theta_byz = unit_bernoulli(k_byz, max(b, 1), dim, byz_norm)[:b]
+    per_client = jnp.concatenate([theta[cluster[:honest]], theta_byz])  # [m, d]
+    std = jnp.sqrt(noise_var)
+
+    def draw(k, n):
+        kx, ke = jax.random.split(k)
+        x = jax.random.normal(kx, (num_clients, n, dim))
+        y = jnp.einsum("mnd,md->mn", x, per_client) + std * jax.random.normal(ke, (num_clients, n))
+        return x, y
+
+    x, y = jax.jit(draw, static_argnums=1)(k_train, samples_per_client)
+    x_test, y_test = jax.jit(draw, static_argnums=1)(k_test, test_samples_per_client)
+    return FederatedData(
+        x=x, y=y, count=jnp.full(num_clients, samples_per_client, jnp.int32),
+        x_test=x_test, y_test=y_test,
+        count_test=jnp.full(num_clients, test_samples_per_client, jnp.int32),
+        cluster=cluster, true_params=theta, task="regression", num_classes=0)
+
+
+def blob_centers(num_clusters: int = 10, dim: int = 10, center_seed: int = 0,
+                 box: float = 10.0) -> jax.Array:
+    """[K, dim] centers uniform in [-box, box]^dim from a fixed seed (sklearn make_blobs'
+    default box), so they stay fixed while sigma changes."""
+    return jax.random.uniform(jax.random.key(center_seed), (num_clusters, dim),
+                              minval=-box, maxval=box)
+
+
+def blobs(key, *, num_points: int = 90, num_clusters: int = 10, dim: int = 10,
+          std: float = 1.0, center_seed: int = 0):
+    """(points [n, dim], labels int32[n], centers [K, dim]): labels as make_blobs (equal
+    shares, the first n mod K clusters one more), points = center + std * N(0, I)."""
+    if std < 0:
+        raise ValueError(f"std must be >= 0, got {std}")
+    centers = blob_centers(num_clusters, dim, center_seed)
+    labels = jnp.arange(num_points, dtype=jnp.int32) % num_clusters
+    labels = jnp.sort(labels)
+    points = centers[labels] + std * jax.random.normal(key, (num_points, dim))
+    return points, labels, centers
+
+
+def threshold_blobs(key, *, num_points: int = 90, num_clusters: int = 10, dim: int = 10,
+                    std: float = 1.0, center_seed: int = 0) -> FederatedData:
+    """The blobs as federated data: client i holds one point x [N, 1, dim] (target 0);
+    ``cluster`` = blob label, ``true_params`` = centers [K, dim]."""
+    points, labels, centers = blobs(key, num_points=num_points, num_clusters=num_clusters,
+                                    dim=dim, std=std, center_seed=center_seed)
+    x = points[:, None, :]
+    y = jnp.zeros((num_points, 1), jnp.float32)
+    one = jnp.ones(num_points, jnp.int32)
+    return FederatedData(x=x, y=y, count=one, x_test=x, y_test=y, count_test=one,
+                         cluster=labels, true_params=centers, task="regression", num_classes=0)
