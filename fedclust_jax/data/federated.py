@@ -88,11 +88,11 @@ def from_client_lists(xs, ys, xs_test, ys_test, cluster=None, *, task: str,
         raise ValueError("xs, ys, xs_test and ys_test must all have one entry per client")
     y_dtype = np.float32 if task == "regression" else np.int32
 
-    def pad(arrs, ydt, fshape=None):
+    def pad(arrs, ydt, fshape=None, fill=0):
         counts = np.array([len(a) for a in arrs], np.int32)
         width = max(1, int(counts.max()) if n else 1)
         shape = fshape if fshape is not None else np.asarray(arrs[0]).shape[1:]
-        out = np.zeros((n, width, *shape), ydt)
+        out = np.full((n, width, *shape), fill, ydt)
         for i, a in enumerate(arrs):
             if len(a):
                 out[i, :len(a)] = a
@@ -105,7 +105,7 @@ def from_client_lists(xs, ys, xs_test, ys_test, cluster=None, *, task: str,
     y_test, _ = pad(ys_test, y_dtype, ())
     pc = None
     if point_clusters is not None:
-        pc, _ = pad(point_clusters, np.int32, ())
+        pc, _ = pad(point_clusters, np.int32, (), fill=-1)  # padding belongs to no cluster
     cl = np.full(n, -1, np.int32) if cluster is None else np.asarray(cluster, np.int32)
     return FederatedData(
         x=jnp.asarray(x), y=jnp.asarray(y), count=jnp.asarray(count),

@@ -1,0 +1,333 @@
+"""UIFCA ([T] chapter 4, Algorithms 3-5): clustering points with K generative models.
+
+Every client holds points of several clusters. One cluster round:
+  learn   (Alg. 4): for each of the K flows, tau communication rounds of FedAvg; in each,
+          every client runs M SGD steps (Alg. 5, batches of N of its points currently
+          assigned to that flow) starting from the broadcast flow, and the server averages
+          the K client copies weighted by |S_{i,k}| / |S_{*,k}| (a flow with no points
+          anywhere keeps its params);
+  assign  (Alg. 3): every point goes to the flow of lowest negative log-likelihood
+          (ties to the lowest index; NaN counts as +inf).
+Every client updates all K flows in every communication round (vmap over clients x flows).
+
+Initialisation ([T] 4.3): one random flow copied K times, each copy plus N(0, init_noise^2)
+per parameter. Initial assignment: ``init_assign="models"`` (default) assigns every point
+to the argmin-NLL initial flow: [T] 4.3 motivates the noisy copies by avoiding "initial
+cluster degeneracy, where a particular model initializes a much smaller loss ... gets most
+datapoints assigned", which only concerns an assignment made by the initial flows; the
+split it gives is random but spatially coherent. ``"random"``: i.i.d. uniform labels
+([T] 4.2's "initial random cluster assignment"); from it all K flows first fit nearly the
+same mixture, a symmetric start that UIFCA leaves slowly (measured: purity 0.27 -> 0.61
+after 10 rounds on the Table 4.1 Gaussians at p = 0). A given assignment: k-FED + UIFCA.
+
+Where [T] contradicts itself (both offered, prose by default):
+- ``model_init``: "warm" (prose: the clients run FedAvg "with model theta_k^(t) ... using
+  the received model parameters") or "reinit" (Alg. 4 line 3, "Initialize theta^0
+  randomly": a fresh noisy-copy draw each cluster round).
+- ``assign_with``: "new" (prose: the learned flows are broadcast and the round "ends up
+  with" re-assignment) or "previous" (Alg. 3 as printed assigns with theta^(t) although
+  it has just learned theta^(t+1): a one-round lag). Alg. 4's sum over "m" clients is read
+  as the n clients.
+
+Batches (Alg. 5 random_subset): per communication round each (client, flow) pair draws a
+random order of its member points and its M steps walk through it N at a time (distinct
+points within a batch); a pair with fewer than N members uses all of them every step.
+Loss: mean NLL over the batch (F_theta(B) / N). Optimizer: "sgd" (Alg. 5) or "adam",
+fresh state each local update.
+
+Known behaviour (benchmarks/results/uifca_table41.md): on well-separated Gaussian clusters
+runs can stop at a fixed point of the hard assignment (one flow holding two clusters,
+another splitting one: purity 75%); ``run_uifca(restarts=R)`` runs R initialisations as a
+vmap axis and keeps the lowest mean NLL, which does not always pick the purest run.
+When the data lie far from the random initial flow, the initial split sends almost all
+points to one or two of the near-identical copies; ``standardize=True`` (centre and scale
+the points first) avoids that, but runs can still stop at 75%.
+
+Point-level: evaluation is the assignment (purity vs ``point_cluster``), not supervised
+test loss, so UIFCA is run by ``run_uifca`` / the benchmarks rather than the supervised
+experiment runner, and is not in ``ALGORITHMS``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from fedclust_jax.algorithms.base import check_chunk, check_clusters
+from fedclust_jax.core.clients import map_clients
+from fedclust_jax.data.federated import example_mask
+from fedclust_jax.metrics import purity
+from fedclust_jax.models.flows import FlowModel, noisy_copies
+
+MODEL_INITS = ("warm", "reinit")
+ASSIGN_WITH = ("new", "previous")
+INIT_ASSIGNS = ("random", "models")
+OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclasses.dataclass(frozen=True)
+class UIFCAConfig:
+    """num_clusters: K; cluster_rounds: T; comm_rounds: tau; local_steps: M; batch_size: N;
+    lr: eta; optimizer: "sgd" | "adam"; init_noise: std of the noise on the K copies;
+    init_assign / model_init / assign_with: see the module docstring; chunk: clients per
+    vectorized chunk (None = vmap all); standardize: ``run_uifca`` first maps the points to
+    (x - mean) / std over all real points (one extra aggregation of sums and counts; not in
+    [T]; for continuous data only, not for images fed to the logit of ``real_nvp``).
+    Defaults: [T]'s synthetic runs (T=20, tau=100,
+    M=100); N, eta and the noise scale are unspecified in [T] (chosen here)."""
+
+    num_clusters: int = 4
+    cluster_rounds: int = 20
+    comm_rounds: int = 100
+    local_steps: int = 100
+    batch_size: int = 32
+    lr: float = 1e-3
+    optimizer: str = "sgd"
+    init_noise: float = 0.01
+    init_assign: str = "models"
+    model_init: str = "warm"
+    assign_with: str = "new"
+    chunk: int | None = None
+    standardize: bool = False
+
+    def __post_init__(self):
+        check_clusters(self.num_clusters)
+        for name in ("cluster_rounds", "comm_rounds", "local_steps", "batch_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        if self.init_noise < 0:
+            raise ValueError(f"init_noise must be >= 0, got {self.init_noise}")
+        for name, allowed in (("optimizer", OPTIMIZERS), ("init_assign", INIT_ASSIGNS),
+                              ("model_init", MODEL_INITS), ("assign_with", ASSIGN_WITH)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        check_chunk(self.chunk)
+
+
+@struct.dataclass
+class UIFCAState:
+    """params: K flows stacked [K, ...]; assign: int32[N, n_max] flow of every point (-1 on
+    padding); round: int32 cluster rounds done."""
+
+    params: object
+    assign: jax.Array
+    round: jax.Array
+
+
+def point_nll(flow: FlowModel, params, x: jax.Array, *, chunk=None) -> jax.Array:
+    """[N, n_max, K] NLL of every point (x [N, n_max, ...]) under every flow (params [K, ...])."""
+    def per_client(xi):
+        return jax.vmap(lambda p: flow.nll(p, xi))(params).T
+    return map_clients(per_client, x, chunk=chunk)
+
+
+def assign_points(flow: FlowModel, params, x, count, *, chunk=None) -> jax.Array:
+    """int32[N, n_max]: argmin_k NLL per point, -1 on padding (NaN counts as +inf)."""
+    nll = point_nll(flow, params, x, chunk=chunk)
+    nll = jnp.where(jnp.isnan(nll), jnp.inf, nll)
+    a = jnp.argmin(nll, axis=-1).astype(jnp.int32)
+    return jnp.where(example_mask(count, x.shape[1]), a, -1)
+
+
+def _optimizer(cfg: UIFCAConfig):
+    return optax.sgd(cfg.lr) if cfg.optimizer == "sgd" else optax.adam(cfg.lr)
+
+
+def model_update(flow: FlowModel, cfg: UIFCAConfig, params, x, member, key):
+    """Alg. 5 for one (client, flow): M steps from ``params`` on the points x[n_max, ...]
+    with member bool[n_max] (this flow's subset S_{i,k})."""
+    n_max, batch = x.shape[0], cfg.batch_size
+    opt = _optimizer(cfg)
+    c = jnp.sum(member)
+    k_order, k_steps = jax.random.split(key)
+    order = jnp.argsort(jnp.where(member, jax.random.uniform(k_order, (n_max,)), 2.0))
+    full = c >= batch
+    slots = jnp.arange(batch)
+
+    def step(carry, j):
+        p, state = carry
+        pos = jnp.where(full, (j * batch + slots) % jnp.maximum(c, 1), slots % n_max)
+        weight = jnp.where(full, 1.0, (slots < c).astype(jnp.float32))
+        idx = order[pos]
+        grads = jax.grad(flow.train_nll)(p, x[idx], weight, jax.random.fold_in(k_steps, j))
+        updates, state = opt.update(grads, state, p)
+        return (optax.apply_updates(p, updates), state), None
+
+    (params, _), _ = jax.lax.scan(step, (params, opt.init(params)), jnp.arange(cfg.local_steps))
+    return params
+
+
+def learn_cluster_models(flow: FlowModel, cfg: UIFCAConfig, params, x, assign, key):
+    """Alg. 4 for all K flows at once: tau FedAvg rounds, size-weighted averaging.
+    params [K, ...]; x [N, n_max, ...]; assign int32[N, n_max] -> params [K, ...]."""
+    k = cfg.num_clusters
+    member = assign[:, None, :] == jnp.arange(k)[None, :, None]          # [N, K, n_max]
+    sizes = member.sum(-1).astype(jnp.float32)                           # [N, K] |S_{i,k}|
+    total = sizes.sum(0)                                                 # [K]   |S_{*,k}|
+    share = sizes / jnp.maximum(total, 1.0)
+    clients = jnp.arange(x.shape[0])
+
+    def comm_round(params, key_l):
+        def per_client(xi, mi, i):
+            key_i = jax.random.fold_in(key_l, i)
+            keys = jax.vmap(lambda kk: jax.random.fold_in(key_i, kk))(jnp.arange(k))
+            return jax.vmap(lambda p, m, kk: model_update(flow, cfg, p, xi, m, kk))(
+                params, mi, keys)
+
+        local = map_clients(per_client, x, member, clients, chunk=cfg.chunk)  # [N, K, ...]
+
+        def average(loc, old):
+            w = share.reshape(share.shape + (1,) * (loc.ndim - 2))
+            new = jnp.sum(w * loc, axis=0)
+            keep = (total > 0).reshape((k,) + (1,) * (old.ndim - 1))
+            return jnp.where(keep, new, old)
+
+        return jax.tree.map(average, local, params), None
+
+    params, _ = jax.lax.scan(comm_round, params, jax.random.split(key, cfg.comm_rounds))
+    return params
+
+
+class UIFCA:
+    """UIFCA over a ``FlowModel``; pure methods init / round / evaluate / objective."""
+
+    name = "uifca"
+
+    def __init__(self, flow: FlowModel, cfg: UIFCAConfig = UIFCAConfig()):
+        self.flow, self.cfg = flow, cfg
+        self._round = jax.jit(self.round)
+        self._assign = jax.jit(lambda p, x, c: assign_points(flow, p, x, c, chunk=cfg.chunk))
+
+    def check_data(self, data):
+        if tuple(data.feature_shape) != tuple(self.flow.shape) and \
+                int(np.prod(data.feature_shape)) != int(np.prod(self.flow.shape)):
+            raise ValueError(f"flow {self.flow.name} expects points of shape {self.flow.shape}, "
+                             f"data has {data.feature_shape}")
+
+    def init_params(self, key):
+        k_base, k_noise = jax.random.split(key)
+        return noisy_copies(self.flow.init(k_base), k_noise, self.cfg.num_clusters,
+                            self.cfg.init_noise)
+
+    def init(self, key, data, assign=None) -> UIFCAState:
+        """Noisy-copy flows and the initial assignment (``assign`` int[N, n_max] overrides
+        cfg.init_assign, e.g. k-FED's)."""
+        self.check_data(data)
+        k_params, k_assign = jax.random.split(key)
+        params = self.init_params(k_params)
+        mask = example_mask(data.count, data.x.shape[1])
+        if assign is not None:
+            assign = jnp.asarray(assign, jnp.int32)
+            if assign.shape != mask.shape:
+                raise ValueError(f"initial assignment must have shape {mask.shape}, "
+                                 f"got {assign.shape}")
+        elif self.cfg.init_assign == "random":
+            assign = jax.random.randint(k_assign, mask.shape, 0, self.cfg.num_clusters)
+        else:
+            assign = self._assign(params, data.x, data.count)
+        assign = jnp.where(mask, assign, -1).astype(jnp.int32)
+        return UIFCAState(params=params, assign=assign, round=jnp.zeros((), jnp.int32))
+
+    def round(self, state: UIFCAState, key, data):
+        """One cluster round (learn, then assign) -> (state, metrics)."""
+        k_init, k_learn = jax.random.split(key)
+        start = state.params if self.cfg.model_init == "warm" else self.init_params(k_init)
+        params = learn_cluster_models(self.flow, self.cfg, start, data.x, state.assign, k_learn)
+        scorer = params if self.cfg.assign_with == "new" else state.params
+        assign = assign_points(self.flow, scorer, data.x, data.count, chunk=self.cfg.chunk)
+        sizes = jnp.sum(assign[..., None] == jnp.arange(self.cfg.num_clusters), axis=(0, 1))
+        new = UIFCAState(params=params, assign=assign, round=state.round + 1)
+        return new, dict(cluster_sizes=sizes, objective=self.objective(new, data))
+
+    def objective(self, state: UIFCAState, data):
+        """Mean over points of the assigned flow's NLL (the global objective summed over
+        clusters and divided by m)."""
+        nll = point_nll(self.flow, state.params, data.x, chunk=self.cfg.chunk)
+        safe = jnp.clip(state.assign, 0, self.cfg.num_clusters - 1)
+        per = jnp.take_along_axis(nll, safe[..., None], -1)[..., 0]
+        valid = state.assign >= 0
+        return jnp.sum(jnp.where(valid, per, 0.0)) / jnp.maximum(valid.sum(), 1)
+
+    def evaluate(self, state: UIFCAState, data) -> dict:
+        """assign [N, n_max] and, where the data carry point_cluster, purity (host float)."""
+        out = dict(assign=state.assign)
+        if data.point_cluster is not None:
+            out["purity"] = purity(state.assign, true_points(data))
+        return out
+
+
+def true_points(data) -> np.ndarray:
+    """int[N, n_max] true point clusters with -1 on padding."""
+    mask = np.asarray(example_mask(data.count, data.x.shape[1]))
+    return np.where(mask, np.asarray(data.point_cluster), -1)
+
+
+def standardize_points(data):
+    """``data`` with x -> (x - mean) / std, mean [*feature] and scalar std over all real
+    points (a federated mean: clients send sums, sums of squares and counts); padding is
+    set to 0. All flows then see the same rescaled points, so assignments and purity keep
+    their meaning; the noisy-copy initial split is then less lopsided."""
+    mask = example_mask(data.count, data.x.shape[1])
+    w = mask.reshape(mask.shape + (1,) * (data.x.ndim - 2)).astype(data.x.dtype)
+    total = jnp.maximum(jnp.sum(mask), 1)
+    mean = jnp.sum(data.x * w, axis=(0, 1)) / total
+    var = jnp.sum(((data.x - mean) * w) ** 2) / (total * mean.size)
+    return data.replace(x=jnp.where(w > 0, (data.x - mean) / jnp.sqrt(jnp.maximum(var, 1e-12)),
+                                    0.0))
+
+
+def run_uifca(flow: FlowModel, data, key, cfg: UIFCAConfig = UIFCAConfig(), *, assign=None,
+              rounds: int | None = None, restarts: int = 1, verbose: bool = False):
+    """Runs T cluster rounds of ``restarts`` independent UIFCA runs (a vmap axis: fresh
+    initial flows and, unless ``assign`` is given, initial assignments) and keeps the run
+    of lowest final objective (mean NLL of the points under their flows; no labels used).
+
+    Returns (state, history): history holds, per cluster round of the kept run (round 0 =
+    the initial assignment), purity (if point_cluster is known), objective and
+    cluster_sizes, plus per-restart final_purity, final_objective and the kept index.
+    """
+    if restarts < 1:
+        raise ValueError(f"restarts must be >= 1, got {restarts}")
+    if cfg.standardize:
+        data = standardize_points(data)
+    alg = UIFCA(flow, cfg)
+    k_init, k_run = jax.random.split(key)
+    inits = [alg.init(k, data, assign=assign) for k in jax.random.split(k_init, restarts)]
+    state = jax.tree.map(lambda *a: jnp.stack(a), *inits)
+    step = jax.jit(jax.vmap(alg.round, in_axes=(0, 0, None)))
+    objective = jax.jit(jax.vmap(alg.objective, in_axes=(0, None)))
+    truth = true_points(data) if data.point_cluster is not None else None
+    curves = dict(purity=[], objective=[], cluster_sizes=[])
+
+    def record(state, obj, sizes):
+        if truth is not None:
+            curves["purity"].append([purity(a, truth) for a in np.asarray(state.assign)])
+        curves["objective"].append(np.asarray(obj).tolist())
+        curves["cluster_sizes"].append(np.asarray(sizes).tolist())
+        if verbose:
+            print(f"round {int(state.round[0])}: purity "
+                  f"{curves['purity'][-1] if truth is not None else '-'} objective "
+                  f"{np.round(np.asarray(obj), 3).tolist()}", flush=True)
+
+    a0 = state.assign
+    sizes0 = jnp.sum(a0[..., None] == jnp.arange(cfg.num_clusters), axis=(1, 2))
+    record(state, objective(state, data), sizes0)
+    for t in range(cfg.cluster_rounds if rounds is None else rounds):
+        state, metrics = step(state, jax.random.split(jax.random.fold_in(k_run, t), restarts),
+                              data)
+        record(state, metrics["objective"], metrics["cluster_sizes"])
+    final = np.asarray(curves["objective"][-1], np.float64)
+    best = int(np.nanargmin(np.where(np.isfinite(final), final, np.nan))) \
+        if np.isfinite(final).any() else 0
+    hist = {name: [row[best] for row in rows] for name, rows in curves.items()}
+    hist.update(kept=best, final_objective=final.tolist(),
+                final_purity=curves["purity"][-1] if truth is not None else [])
+    return jax.tree.map(lambda a: a[best], state), hist
