@@ -77,7 +77,7 @@ def test_fedsoft_runs_and_beats_chance():
     assert np.nanmean(ev["assigned_test_acc"]) > 0.5
 
 
-@pytest.mark.parametrize("name", ["srfca", "cfl", "local_kmeans", "oneshot_ifca", "fedsoft"])
+@pytest.mark.parametrize("name", ["srfca", "cfl", "local-kmeans", "oneshot-ifca", "fedsoft"])
 def test_registered_and_validated(name):
     assert name in ALGORITHMS and hasattr(ALGORITHMS[name], "config_cls")
     with pytest.raises(ValueError):

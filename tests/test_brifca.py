@@ -75,11 +75,11 @@ def test_registry_builds_and_validates():
     data = brifca_regression(jax.random.key(0), num_clients=20, num_clusters=2, byz_frac=0.1,
                              dim=3, samples_per_client=5, test_samples_per_client=2)
     model = linear_regression(3)
-    for name in ("brifca", "three_stage", "fc", "mc", "myopic", "ditto"):
+    for name in ("brifca", "three-stage", "fc", "mc", "myopic", "ditto"):
         build_algorithm(name, model, {"lr": 0.1}, data)
     with pytest.raises(ValueError, match="trim_frac"):
         build_algorithm("brifca", model, {"trim_frac": 0.6}, data)
     with pytest.raises(ValueError, match="honest"):
         build_algorithm("fc", model, {"byz_frac": 0.99}, data)
     with pytest.raises(ValueError, match="clients"):
-        build_algorithm("three_stage", model, {"num_clusters": 30}, data)
+        build_algorithm("three-stage", model, {"num_clusters": 30}, data)

@@ -52,7 +52,7 @@ class LocalKMeansState:
 
 
 class LocalKMeans:
-    name = "local_kmeans"
+    name = "local-kmeans"
     clusters_clients = True
 
     def __init__(self, model, cfg: LocalKMeansConfig = LocalKMeansConfig()):

@@ -65,7 +65,7 @@ class OneShotIFCAState:
 
 
 class OneShotIFCA:
-    name = "oneshot_ifca"
+    name = "oneshot-ifca"
     clusters_clients = True
 
     def __init__(self, model, cfg: OneShotIFCAConfig = OneShotIFCAConfig()):

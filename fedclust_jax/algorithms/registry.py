@@ -13,6 +13,17 @@ from typing import Callable
 from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
 from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
 from fedclust_jax.algorithms.local import Local, LocalConfig
+from fedclust_jax.algorithms.oneshot_kmeans import OneShotConfig, OneShotKMeans
+from fedclust_jax.algorithms.srfca import SRFCA, SRFCAConfig
+from fedclust_jax.algorithms.cfl import CFL, CFLConfig
+from fedclust_jax.algorithms.fedsoft import FedSoft, FedSoftConfig
+from fedclust_jax.algorithms.local_kmeans import LocalKMeans, LocalKMeansConfig
+from fedclust_jax.algorithms.oneshot_ifca import OneShotIFCA, OneShotIFCAConfig
+from fedclust_jax.algorithms.brifca import BRIFCA, BRIFCAConfig
+from fedclust_jax.algorithms.ditto import Ditto, DittoConfig
+from fedclust_jax.algorithms.three_stage import ThreeStage, ThreeStageConfig
+from fedclust_jax.algorithms.threshold import (FCConfig, FederatedClustering, MCConfig,
+                                               MomentumClustering, Myopic, MyopicConfig)
 from fedclust_jax.core.train import LocalTraining
 
 LOCAL_KEYS = tuple(f.name for f in dataclasses.fields(LocalTraining))
@@ -56,16 +67,43 @@ def _oracle(model, params, data):
 _oracle.config_cls = IFCAConfig
 
 ALGORITHMS: dict[str, Callable] = {
+    # IFCA paper: IFCA and its baselines
     "fedavg": _simple(FedAvg, FedAvgConfig),
     "local": _simple(Local, LocalConfig),
     "ifca": _simple(IFCA, IFCAConfig),
     "oracle": _oracle,
+    "oneshot-kmeans": _simple(OneShotKMeans, OneShotConfig),
+    # SR-FCA paper: SR-FCA and its baselines
+    "srfca": _simple(SRFCA, SRFCAConfig),
+    "cfl": _simple(CFL, CFLConfig),
+    "local-kmeans": _simple(LocalKMeans, LocalKMeansConfig),
+    "oneshot-ifca": _simple(OneShotIFCA, OneShotIFCAConfig),
+    "fedsoft": _simple(FedSoft, FedSoftConfig),
+    # Byzantine-robust and threshold-clustering papers
+    "brifca": _simple(BRIFCA, BRIFCAConfig),
+    "three-stage": _simple(ThreeStage, ThreeStageConfig),
+    "fc": _simple(FederatedClustering, FCConfig),
+    "mc": _simple(MomentumClustering, MCConfig),
+    "myopic": _simple(Myopic, MyopicConfig),
+    "ditto": _simple(Ditto, DittoConfig),
 }
 ALGORITHM_HELP = {
     "fedavg": "FedAvg: one global model (IFCA paper's 'global' baseline)",
     "local": "Local: every client trains alone",
     "ifca": "IFCA (Ghosh et al.): option gradient (I) or model (II), restarts, weight sharing",
     "oracle": "per-cluster FedAvg with the true clusters (IFCA with frozen oracle assignment)",
+    "oneshot-kmeans": "IFCA paper's one-shot baseline: local ERM, k-means once, per-cluster FedAvg",
+    "srfca": "SR-FCA (Vardhan et al.): ONE_SHOT threshold-graph clustering, then REFINE steps (rounds)",
+    "cfl": "CFL (Sattler et al.): recursive bipartition by cosine similarity of updates",
+    "local-kmeans": "Local-KMeans: k-means on local models, centroid models",
+    "oneshot-ifca": "ONE_SHOT-IFCA: IFCA started from SR-FCA's ONE_SHOT clusters (K from it)",
+    "fedsoft": "FedSoft (Ruan and Joe-Wong): soft cluster importance weights, floored at sigma",
+    "brifca": "BR-IFCA (Tao et al.): IFCA option I with robust per-cluster aggregation, attacks",
+    "three-stage": "Three-Stage (Ghosh et al. 2019): local ERM, trimmed k-means, trimmed-mean GD",
+    "fc": "Federated-Clustering: threshold clustering of all clients' gradients at each client's model",
+    "mc": "Momentum-Clustering: threshold clustering of client momenta into K centers",
+    "myopic": "Myopic-Clustering strawman: k-means of the current gradients",
+    "ditto": "Ditto (Li et al.): FedAvg plus proximal personal models (lambda)",
 }
 
 

@@ -89,7 +89,7 @@ class ThreeStageConfig:
 
 
 class ThreeStage:
-    name = "three_stage"
+    name = "three-stage"
     clusters_clients = True
 
     def __init__(self, model, cfg: ThreeStageConfig = ThreeStageConfig()):

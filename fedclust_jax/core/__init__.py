@@ -12,3 +12,11 @@ __all__ = [
     "local_train", "loss_matrix", "map_clients", "membership", "num_participants",
     "own_loss", "participants", "client_keys", "sample_participants",
 ]
+from fedclust_jax.core.graph import connected_components, pivot_clustering  # noqa: E402
+from fedclust_jax.core.pairwise import cosine_similarity, l2_distances  # noqa: E402
+
+__all__ += ["connected_components", "pivot_clustering", "cosine_similarity", "l2_distances"]
+from fedclust_jax.core.robust import (cluster_aggregate, cluster_median,  # noqa: E402
+                                      cluster_trimmed_mean, threshold_clustering)
+
+__all__ += ["cluster_aggregate", "cluster_median", "cluster_trimmed_mean", "threshold_clustering"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from fedclust_jax.data import points, synthetic
+from fedclust_jax.data import robust_synthetic
 from fedclust_jax.data.recipes import RECIPES
 
 DATASETS: dict[str, Callable] = {
@@ -12,6 +13,8 @@ DATASETS: dict[str, Callable] = {
     "gaussian-mixture": synthetic.gaussian_mixture_classification,
     "uifca-gaussian": points.gaussian_clusters,
     "uifca-subspace": points.subspace_clusters,
+    "brifca-regression": robust_synthetic.brifca_regression,
+    "threshold-blobs": robust_synthetic.threshold_blobs,
 }
 
 DATASETS.update(RECIPES)  # the papers' real-data recipes (fedclust_jax.data.recipes)
