@@ -9,7 +9,7 @@ from fedclust_jax import metrics
 from fedclust_jax.algorithms.cfl import CFL, CFLConfig, bipartition
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.models.linear import linear_regression
-from tests.helpers import orthogonal_design
+from helpers import orthogonal_design
 
 
 def test_bipartition_complete_linkage():

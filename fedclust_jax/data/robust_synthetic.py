@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from fedclust_jax.attacks.byzantine import num_byzantine
 from fedclust_jax.data.federated import FederatedData
+from fedclust_jax.data.synthetic import regression_draws
 
 
 def unit_bernoulli(key, k: int, d: int, norm: float = 1.0, tries: int = 8) -> jax.Array:
@@ -54,15 +55,8 @@ def brifca_regression(key, *, num_clients: int = 200, num_clusters: int = 5,
     theta_byz = unit_bernoulli(k_byz, max(b, 1), dim, byz_norm)[:b]
     per_client = jnp.concatenate([theta[cluster[:honest]], theta_byz])  # [m, d]
     std = jnp.sqrt(noise_var)
-
-    def draw(k, n):
-        kx, ke = jax.random.split(k)
-        x = jax.random.normal(kx, (num_clients, n, dim))
-        y = jnp.einsum("mnd,md->mn", x, per_client) + std * jax.random.normal(ke, (num_clients, n))
-        return x, y
-
-    x, y = jax.jit(draw, static_argnums=1)(k_train, samples_per_client)
-    x_test, y_test = jax.jit(draw, static_argnums=1)(k_test, test_samples_per_client)
+    x, y = regression_draws(k_train, per_client, samples_per_client, std)
+    x_test, y_test = regression_draws(k_test, per_client, test_samples_per_client, std)
     return FederatedData(
         x=x, y=y, count=jnp.full(num_clients, samples_per_client, jnp.int32),
         x_test=x_test, y_test=y_test,

@@ -3,6 +3,8 @@ mixture classification task for quick runs."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -42,6 +44,17 @@ def bernoulli_theta(key, k: int, d: int, scale: float, scaling: str = "norm") ->
     return scale * b / jnp.where(norm > 0, norm, 1.0)
 
 
+@functools.partial(jax.jit, static_argnums=2)
+def regression_draws(key, theta_per_client, n: int, noise_std):
+    """Linear-regression samples for every client: x [m, n, d] ~ N(0, I_d) and
+    y [m, n] = <x, theta_i> + N(0, noise_std^2), with theta_per_client [m, d]."""
+    kx, ke = jax.random.split(key)
+    m, d = theta_per_client.shape
+    x = jax.random.normal(kx, (m, n, d))
+    y = jnp.einsum("mnd,md->mn", x, theta_per_client) + noise_std * jax.random.normal(ke, (m, n))
+    return x, y
+
+
 def mixed_linear_regression(key, *, num_clients: int = 100, num_clusters: int = 2,
                             samples_per_client: int = 100, test_samples_per_client: int = 100,
                             dim: int = 1000, noise_std: float = 0.1, separation: float = 1.0,
@@ -60,16 +73,8 @@ def mixed_linear_regression(key, *, num_clients: int = 100, num_clusters: int = 
     cluster = equal_cluster_ids(num_clients, num_clusters)
     k_theta, k_train, k_test = jax.random.split(key, 3)
     theta = bernoulli_theta(k_theta, num_clusters, dim, separation, scaling)
-
-    def draw(k, n):
-        kx, ke = jax.random.split(k)
-        x = jax.random.normal(kx, (num_clients, n, dim))
-        y = jnp.einsum("mnd,md->mn", x, theta[cluster]) + noise_std * jax.random.normal(
-            ke, (num_clients, n))
-        return x, y
-
-    x, y = jax.jit(draw, static_argnums=1)(k_train, samples_per_client)
-    x_test, y_test = jax.jit(draw, static_argnums=1)(k_test, test_samples_per_client)
+    x, y = regression_draws(k_train, theta[cluster], samples_per_client, noise_std)
+    x_test, y_test = regression_draws(k_test, theta[cluster], test_samples_per_client, noise_std)
     return FederatedData(
         x=x, y=y, count=jnp.full(num_clients, samples_per_client, jnp.int32),
         x_test=x_test, y_test=y_test,
