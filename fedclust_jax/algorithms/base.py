@@ -60,10 +60,11 @@ def client_weights(weighting: str, count: jax.Array) -> jax.Array | None:
     return None if weighting == "equal" else count.astype(jnp.float32)
 
 
-def evaluate_clusters(model, params, assign, data, *, chunk=None) -> dict:
+def evaluate_clusters(model, params, assign, data, *, chunk=None, active=None) -> dict:
     """Both evaluation protocols for K cluster models, averaged per client by the caller.
 
-    "best" (IFCA): client i is scored with the model of lowest loss on its own test data.
+    "best" (IFCA): client i is scored with the model of lowest loss on its own test data,
+    among the ``active`` clusters (bool[K]; None = all).
     "assigned" (SR-FCA): client i is scored with model assign[i] (NaN where unassigned).
     Returns per-client arrays [N]: test_loss, test_acc (best), assigned_test_loss,
     assigned_test_acc, and the [N, K] matrices test_loss_matrix / test_acc_matrix.
@@ -71,7 +72,7 @@ def evaluate_clusters(model, params, assign, data, *, chunk=None) -> dict:
     loss, acc = loss_matrix(model, params, data.x_test, data.y_test, data.count_test,
                             chunk=chunk)
     rows = jnp.arange(loss.shape[0])
-    best = jnp.argmin(loss, axis=1)
+    best = jnp.argmin(loss if active is None else jnp.where(active[None, :], loss, jnp.inf), axis=1)
     safe = jnp.clip(assign, 0, loss.shape[1] - 1)
     nan = jnp.where(assign >= 0, 1.0, jnp.nan)
     return dict(test_loss=loss[rows, best], test_acc=acc[rows, best],

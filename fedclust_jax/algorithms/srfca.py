@@ -265,12 +265,8 @@ class SRFCA:
     def evaluate(self, state, data) -> dict:
         """The "assigned" protocol (client i scored with cluster assign[i]); "best" over
         active clusters only. After ONE_SHOT (round 0) see ``evaluate_local``."""
-        ev = evaluate_clusters(self.model, state.params, state.assign, data, chunk=self.cfg.chunk)
-        loss = jnp.where(state.active[None, :], ev["test_loss_matrix"], jnp.inf)
-        best = jnp.argmin(loss, axis=1)
-        rows = jnp.arange(loss.shape[0])
-        ev.update(test_loss=ev["test_loss_matrix"][rows, best],
-                  test_acc=ev["test_acc_matrix"][rows, best])
+        ev = evaluate_clusters(self.model, state.params, state.assign, data,
+                               chunk=self.cfg.chunk, active=state.active)
         return dict(ev, assign=state.assign, cluster_params=state.params,
                     num_clusters=jnp.sum(state.active))
 
