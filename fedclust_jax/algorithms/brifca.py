@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from fedclust_jax.algorithms.base import ClusterState, check_chunk, check_clusters, evaluate_clusters
-from fedclust_jax.attacks import attack_from_config
+from fedclust_jax.attacks import ByzantineSetting, attack_from_config
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
 from fedclust_jax.attacks.rounds import byzantine_assign, byzantine_gradients
 from fedclust_jax.core.losses import loss_matrix
@@ -73,7 +73,7 @@ def project(params, radius):
 
 
 @dataclasses.dataclass(frozen=True)
-class BRIFCAConfig:
+class BRIFCAConfig(ByzantineSetting):
     """num_clusters: k; aggregator: "median" (option I), "trimmed_mean" (option II) or
     another ``core.robust.RULES`` entry; trim_frac: beta; median: "mid" (paper) or "lower"
     (code's torch.median); local: lr = gamma (code 0.01), batch_size None = full local loss;
@@ -90,13 +90,6 @@ class BRIFCAConfig:
     step: str = "paper"
     init: str = "model"
     projection_radius: float | None = None
-    byz_frac: float = 0.0
-    attack: str = "none"
-    attack_scale: float = 3.0
-    attack_std: float = 1.0
-    attack_eps: float = 0.1
-    attack_z: float | None = None
-    placement: str = "loss"
     krum_frac: float = 0.1
     clip_tau: float = 1.0
     clip_iters: int = 1

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from fedclust_jax.algorithms.base import ClusterState, check_chunk, check_clusters, evaluate_clusters
-from fedclust_jax.attacks import attack_from_config
+from fedclust_jax.attacks import ByzantineSetting, attack_from_config
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
 from fedclust_jax.attacks.rounds import byzantine_gradients
 from fedclust_jax.core.clients import map_clients
@@ -55,7 +55,7 @@ def trimmed_kmeans(key, points, k: int, trim_frac: float, iters: int, init=None)
 
 
 @dataclasses.dataclass(frozen=True)
-class ThreeStageConfig:
+class ThreeStageConfig(ByzantineSetting):
     """num_clusters: k; erm_steps, erm_lr: stage-1 full-batch GD; kmeans_iters: stage-2
     iterations; trim_frac: beta of stages 2 and 3; local: stage-3 lr = gamma; byz_frac and
     attack fields: see ``fedclust_jax.attacks`` (placement unused: clusters are fixed)."""
@@ -66,13 +66,6 @@ class ThreeStageConfig:
     kmeans_iters: int = 100
     trim_frac: float = 0.05
     local: LocalTraining = LocalTraining(steps=1, lr=0.01)
-    byz_frac: float = 0.0
-    attack: str = "none"
-    attack_scale: float = 3.0
-    attack_std: float = 1.0
-    attack_eps: float = 0.1
-    attack_z: float | None = None
-    placement: str = "loss"
     chunk: int | None = None
 
     def __post_init__(self):

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from fedclust_jax.algorithms.base import check_chunk, check_clusters
-from fedclust_jax.attacks import attack_from_config
+from fedclust_jax.attacks import ByzantineSetting, attack_from_config
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
 from fedclust_jax.core.clients import map_clients
 from fedclust_jax.core.kmeans import kmeans, sq_distances
@@ -124,7 +124,7 @@ def _objective_personal(model, params, data, byz_frac, chunk):
 
 
 @dataclasses.dataclass(frozen=True)
-class FCConfig:
+class FCConfig(ByzantineSetting):
     """local: lr = eta, batch_size (None = full batch; else a fresh minibatch per gradient);
     tc_iters: l; radius / radius_quantile: TC radius (exactly one); num_groups: random
     subgroups per round (1 = all clients); same_init: every client starts from one model;
@@ -137,13 +137,6 @@ class FCConfig:
     radius_quantile: float | None = 0.2
     num_groups: int = 1
     same_init: bool = True
-    byz_frac: float = 0.0
-    attack: str = "none"
-    attack_scale: float = 3.0
-    attack_std: float = 1.0
-    attack_eps: float = 0.1
-    attack_z: float | None = None
-    placement: str = "loss"
     chunk: int | None = None
 
     def __post_init__(self):
@@ -225,7 +218,7 @@ def _own_gradients(model, local, attack, params, data, byz, keys, nb, k, key, ch
 
 
 @dataclasses.dataclass(frozen=True)
-class MCConfig:
+class MCConfig(ByzantineSetting):
     """num_clusters: K; alpha: weight of the new gradient in the momentum; local: lr = eta;
     tc_iters: l; radius / radius_quantile: TC radius; same_init; byz_frac and attack fields
     (placement unused); chunk."""
@@ -237,13 +230,6 @@ class MCConfig:
     radius: float | None = None
     radius_quantile: float | None = 0.2
     same_init: bool = True
-    byz_frac: float = 0.0
-    attack: str = "none"
-    attack_scale: float = 3.0
-    attack_std: float = 1.0
-    attack_eps: float = 0.1
-    attack_z: float | None = None
-    placement: str = "loss"
     chunk: int | None = None
 
     def __post_init__(self):
@@ -307,7 +293,7 @@ class MomentumClustering:
 
 
 @dataclasses.dataclass(frozen=True)
-class MyopicConfig:
+class MyopicConfig(ByzantineSetting):
     """num_clusters: K; local: lr = eta; kmeans_iters: Lloyd iterations per round;
     same_init; byz_frac and attack fields (placement unused); chunk."""
 
@@ -315,13 +301,6 @@ class MyopicConfig:
     local: LocalTraining = LocalTraining(steps=1, lr=0.1)
     kmeans_iters: int = 20
     same_init: bool = True
-    byz_frac: float = 0.0
-    attack: str = "none"
-    attack_scale: float = 3.0
-    attack_std: float = 1.0
-    attack_eps: float = 0.1
-    attack_z: float | None = None
-    placement: str = "loss"
     chunk: int | None = None
 
     def __post_init__(self):

@@ -101,6 +101,21 @@ class Attack:
         return g  # none, outlier, label_flip: the Byzantine rows were computed dishonestly
 
 
+@dataclasses.dataclass(frozen=True)
+class ByzantineSetting:
+    """The Byzantine fields every robust algorithm's config shares: byz_frac (fraction of
+    Byzantine clients), attack (name), attack_scale / attack_std / attack_eps / attack_z (its
+    parameters, see ``Attack``) and placement (how Byzantine clients choose a cluster)."""
+
+    byz_frac: float = 0.0
+    attack: str = "none"
+    attack_scale: float = 3.0
+    attack_std: float = 1.0
+    attack_eps: float = 0.1
+    attack_z: float | None = None
+    placement: str = "loss"
+
+
 def attack_from_config(cfg) -> Attack:
     """The ``Attack`` named by an algorithm config's flat fields (attack, attack_scale,
     attack_std, attack_eps, attack_z, placement)."""
@@ -108,4 +123,4 @@ def attack_from_config(cfg) -> Attack:
                   eps=cfg.attack_eps, z=cfg.attack_z, placement=cfg.placement)
 
 
-__all__ = ["attack_from_config", "ATTACKS", "PLACEMENTS", "Attack", "byzantine_mask", "gradient", "num_byzantine"]
+__all__ = ["ByzantineSetting", "attack_from_config", "ATTACKS", "PLACEMENTS", "Attack", "byzantine_mask", "gradient", "num_byzantine"]
