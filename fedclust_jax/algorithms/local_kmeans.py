@@ -16,12 +16,10 @@ import jax.numpy as jnp
 from flax import struct
 
 from fedclust_jax.algorithms.base import check_chunk, check_clusters, evaluate_clusters
-from fedclust_jax.core.clients import map_clients
+from fedclust_jax.algorithms.local import Local, LocalConfig, LocalState
 from fedclust_jax.core.kmeans import kmeans
-from fedclust_jax.core.losses import own_loss
-from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked, unflatten_stacked
-from fedclust_jax.core.train import LocalTraining, local_train
+from fedclust_jax.core.train import LocalTraining
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,25 +55,20 @@ class LocalKMeans:
 
     def __init__(self, model, cfg: LocalKMeansConfig = LocalKMeansConfig()):
         self.model, self.cfg = model, cfg
+        self.local = Local(model, LocalConfig(local=cfg.local, chunk=cfg.chunk))
 
     def check_data(self, data):
         check_clusters(self.cfg.num_clusters, data.num_clients)
 
     def init(self, key, data) -> LocalKMeansState:
         k_init, k_means = jax.random.split(key)
-        p = self.model.init(k_init)
-        params = jax.tree.map(lambda a: jnp.broadcast_to(a, (data.num_clients,) + a.shape), p)
-        return LocalKMeansState(params=params, key=k_means, round=jnp.zeros((), jnp.int32))
+        local = self.local.init(k_init, data)
+        return LocalKMeansState(params=local.params, key=k_means, round=local.round)
 
     def round(self, state, key, data):
-        keys = client_keys(key, jnp.arange(data.num_clients))
-        cfg = self.cfg
-        params = map_clients(
-            lambda p, x, y, c, k: local_train(self.model, cfg.local, p, x, y, c, k,
-                                              cfg.local.lr_at(state.round)),
-            state.params, data.x, data.y, data.count, keys, chunk=cfg.chunk)
-        loss, _ = own_loss(self.model, params, data.x, data.y, data.count, chunk=cfg.chunk)
-        return state.replace(params=params, round=state.round + 1), dict(train_loss=loss.mean())
+        """One round of ``Local``: every client trains alone."""
+        local, metrics = self.local.round(LocalState(params=state.params, round=state.round), key, data)
+        return state.replace(params=local.params, round=local.round), metrics
 
     def cluster(self, state):
         """(centroid params [k, ...], labels int32[N]) of k-means on the local weights."""
@@ -88,8 +81,7 @@ class LocalKMeans:
         return unflatten_stacked(centres[best], like), labels[best]
 
     def objective(self, state, data):
-        return own_loss(self.model, state.params, data.x, data.y, data.count,
-                        chunk=self.cfg.chunk)[0].mean()
+        return self.local.objective(LocalState(params=state.params, round=state.round), data)
 
     def evaluate(self, state, data) -> dict:
         centroids, labels = self.cluster(state)
