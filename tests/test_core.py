@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedclust_jax.core.aggregate import cluster_mean, global_mean
-from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.clients import chain_clients, map_clients
 from fedclust_jax.core.kmeans import kmeans
 from fedclust_jax.core.losses import loss_matrix
 from fedclust_jax.core.participation import num_participants, participants, sample_participants
@@ -25,6 +25,49 @@ def test_map_clients_chunked_equals_vmap():
             np.testing.assert_allclose(u, v, rtol=1e-6)
     with pytest.raises(ValueError, match="chunk"):
         map_clients(f, x, b, chunk=0)
+
+
+def test_chain_clients_trains_each_group_in_sequence():
+    start = {"w": jnp.array([[0.0], [10.0]])}
+    group = jnp.array([0, 1, 0, -1, 1])
+    step = jnp.arange(1.0, 6.0)[:, None]
+    out = chain_clients(lambda p, a: {"w": p["w"] + a}, start, group, step)
+    np.testing.assert_allclose(out["w"][:, 0], [1.0, 12.0, 4.0, 4.0, 17.0])
+    key = jax.random.key(0)
+    out = chain_clients(lambda p, a: {"w": p["w"] + a}, start, group, step, order_key=key)
+    order = np.asarray(jax.random.permutation(key, 5))
+    chain, want = [0.0, 10.0], np.zeros(5)
+    for j in order:
+        g = int(group[j])
+        if g >= 0:
+            chain[g] += float(step[j, 0])
+        want[j] = chain[max(g, 0)]
+    np.testing.assert_allclose(out["w"][:, 0], want)
+
+
+def test_sequential_fedavg_averages_the_chain_of_checkpoints():
+    from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
+    from fedclust_jax.models.linear import linear_regression
+    from helpers import small_regression
+    data = small_regression(num_clients=4)
+    local = LocalTraining(steps=3, lr=0.05)
+    model = linear_regression(8)
+    seq = FedAvg(model, FedAvgConfig(local=local, participation=0.5, sequential=True))
+    state = seq.init(jax.random.key(0), data)
+    key = jax.random.key(3)
+    new, _ = seq.round(state, key, data)
+    ids, keys = participants(key, 4, 0.5)
+    perm = jax.random.permutation(jax.random.fold_in(key, 2), 2)   # the training order
+    w, chain = state.params, []
+    for j in np.asarray(perm):
+        i = int(ids[j])
+        w = local_train(model, local, w, data.x[i], data.y[i], data.count[i], keys[j], local.lr)
+        chain.append(w)
+    want = jax.tree.map(lambda a, b: (a + b) / 2, *chain)
+    for a, b in zip(jax.tree.leaves(new.params), jax.tree.leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    par = FedAvg(model, FedAvgConfig(local=local, participation=0.5)).round(state, key, data)[0]
+    assert not np.allclose(jax.tree.leaves(par.params)[0], jax.tree.leaves(new.params)[0])
 
 
 def test_cluster_mean_weights_and_empty_cluster_keeps_params():

@@ -27,13 +27,15 @@ def assert_trees_close(a, b, **tol):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), **tol)
 
 
-def test_ifca_with_one_cluster_equals_fedavg():
+@pytest.mark.parametrize("sequential", [False, True])
+def test_ifca_with_one_cluster_equals_fedavg(sequential):
     data = small_classification()
     model = mlp((6, 16, 3))
     local = LocalTraining(steps=3, lr=0.2, batch_size=8)
     params = model.init(jax.random.key(1))
-    ifca = IFCA(model, IFCAConfig(num_clusters=1, local=local, participation=0.5))
-    fedavg = FedAvg(model, FedAvgConfig(local=local, participation=0.5))
+    ifca = IFCA(model, IFCAConfig(num_clusters=1, local=local, participation=0.5,
+                                  sequential=sequential))
+    fedavg = FedAvg(model, FedAvgConfig(local=local, participation=0.5, sequential=sequential))
     s_ifca = run(ifca, ifca.init(None, data, params=jax.tree.map(lambda a: a[None], params)), data, 4)
     s_avg = run(fedavg, GlobalState(params=params, round=jnp.zeros((), jnp.int32)), data, 4)
     assert_trees_close(jax.tree.map(lambda a: a[0], s_ifca.params), s_avg.params, rtol=1e-5, atol=1e-6)
@@ -180,6 +182,12 @@ def test_weight_sharing_body_is_one_global_average():
     for j in range(2):
         members = [t["layers"][1]["kernel"] for t, a in zip(trained, assign) if int(a) == j]
         np.testing.assert_allclose(head["kernel"][j], np.mean(members, axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_sequential_needs_option_two_without_weight_sharing():
+    for bad in (dict(option="gradient"), dict(weight_sharing=True)):
+        with pytest.raises(ValueError, match="sequential"):
+            IFCAConfig(sequential=True, **bad)
 
 
 def test_weight_sharing_needs_a_head():

@@ -11,6 +11,7 @@ from fedclust_jax import metrics
 from fedclust_jax.algorithms.srfca import SRFCA, SRFCAConfig
 from fedclust_jax.core import pairwise
 from fedclust_jax.core.losses import loss_matrix
+from fedclust_jax.core.pytree import flatten_stacked
 from fedclust_jax.core.robust import cluster_trimmed_mean
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.data.synthetic import gaussian_mixture_classification
@@ -95,7 +96,10 @@ def make(**kw):
 @pytest.mark.parametrize("kw", [dict(), dict(metric="l2", lam=None, lam_quantile=0.25,
                                               clients_per_cluster=5, graph="pivot"),
                                 dict(refine_init="fresh", drop_small=True, clients_per_cluster=4,
-                                     max_participants=8)])
+                                     max_participants=8),
+                                dict(one_shot_init="independent", sequential=True,
+                                     clients_per_cluster=4, refine_init="fresh"),
+                                dict(sequential=True)])
 def test_srfca_recovers_clusters_without_k(kw):
     data = mixture()
     alg = make(**kw)
@@ -144,7 +148,8 @@ def test_zero_lambda_leaves_everyone_unassigned_and_refine_keeps_no_cluster():
     (dict(beta=0.5), "beta"), (dict(t=0), "t must"), (dict(lam=None), "lambda"),
     (dict(lam_quantile=1.5), "lam_quantile"), (dict(metric="cos"), "distance"),
     (dict(graph="x"), "graph"), (dict(refine_init="x"), "refine_init"),
-    (dict(clients_per_cluster=0), "clients_per_cluster"), (dict(k_max=0), "k_max")])
+    (dict(clients_per_cluster=0), "clients_per_cluster"), (dict(k_max=0), "k_max"),
+    (dict(one_shot_init="shared"), "one_shot_init")])
 def test_bad_config_is_rejected(bad, match):
     with pytest.raises(ValueError, match=match):
         SRFCAConfig(**bad)
@@ -163,3 +168,15 @@ def test_srfca_through_the_experiment_runner():
     out = run_experiment(cfg, progress=False)
     assert out["metrics"]["num_clusters_found"] == 2
     assert out["metrics"]["misclustering"] == 0.0
+
+
+def test_independent_one_shot_init_gives_each_client_its_own_start():
+    data = mixture()
+    common = jax.jit(make(one_shot_steps=1, local=LocalTraining(steps=1, lr=1e-6)).init)(
+        jax.random.key(1), data)
+    indep = jax.jit(make(one_shot_steps=1, local=LocalTraining(steps=1, lr=1e-6),
+                         one_shot_init="independent").init)(jax.random.key(1), data)
+    w_common = np.asarray(flatten_stacked(common.local))
+    w_indep = np.asarray(flatten_stacked(indep.local))
+    np.testing.assert_allclose(w_common, w_common[:1].repeat(len(w_common), 0), atol=1e-5)
+    assert np.abs(w_indep[1:] - w_indep[:1]).max(1).min() > 1e-2

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from fedclust_jax.algorithms.base import (ClusterState, check_chunk, check_clusters,
                                           check_weighting, client_weights, evaluate_clusters)
 from fedclust_jax.core.aggregate import cluster_mean, combine, membership
-from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.clients import chain_clients, map_clients
 from fedclust_jax.core.losses import loss_matrix
 from fedclust_jax.core.participation import num_participants, participants
 from fedclust_jax.core.pytree import head_mask, take
@@ -41,7 +41,10 @@ class IFCAConfig:
     weight_sharing: average the body over all participants, heads per cluster;
     assignment: "loss" (IFCA), "oracle" (frozen to the true clusters: the known-cluster
     baseline) or "fixed" (frozen to the ``assign`` given to ``init``: per-cluster FedAvg
-    after a one-shot clustering); chunk: clients per vectorized chunk."""
+    after a one-shot clustering); chunk: clients per vectorized chunk; sequential (option
+    II, the SR-FCA authors' code): a cluster's participants train one after another in
+    random order on its one shared model and the cluster mean is over their checkpoints
+    (``core.clients.chain_clients``)."""
 
     num_clusters: int = 2
     option: str = "model"
@@ -51,6 +54,7 @@ class IFCAConfig:
     weight_sharing: bool = False
     assignment: str = "loss"
     chunk: int | None = None
+    sequential: bool = False
 
     def __post_init__(self):
         check_clusters(self.num_clusters)
@@ -61,6 +65,9 @@ class IFCAConfig:
         num_participants(1, self.participation)
         check_weighting(self.weighting)
         check_chunk(self.chunk)
+        if self.sequential and (self.option != "model" or self.weight_sharing):
+            raise ValueError("sequential client training is defined for option=\"model\" "
+                             "without weight sharing; set sequential=False")
 
 
 class IFCA:
@@ -125,9 +132,14 @@ class IFCA:
                 per_cluster = jax.tree.map(lambda h, c, b: c if h else b, heads, per_cluster, body)
             params = jax.tree.map(lambda p, g: p - (lr / n) * g, state.params, per_cluster)
         else:
-            trained = map_clients(
-                lambda p, x, y, c, k: local_train(self.model, cfg.local, p, x, y, c, k, lr),
-                start, part.x, part.y, part.count, keys, chunk=cfg.chunk)
+            def train(p, x, y, c, k):
+                return local_train(self.model, cfg.local, p, x, y, c, k, lr)
+
+            if cfg.sequential:
+                trained = chain_clients(train, state.params, assign, part.x, part.y, part.count, keys,
+                                        order_key=jax.random.fold_in(key, 2))
+            else:
+                trained = map_clients(train, start, part.x, part.y, part.count, keys, chunk=cfg.chunk)
             w = client_weights(cfg.weighting, part.count)
             params = cluster_mean(trained, assign, state.params, weights=w)
             if heads is not None:

@@ -25,6 +25,14 @@ Paper defaults, with the authors' code behaviour as labelled options:
   drop_small=False | True (code: clusters with fewer than t clients after RECLUSTER are
     dropped; their clients are unassigned until the next RECLUSTER).
   lam_quantile=None | q (code: lambda = q-quantile of ONE_SHOT pairwise distances).
+  one_shot_init="common" (paper: every client starts ONE_SHOT from one w_0) |
+    "independent" (code: every client's model has its own random init).
+  sequential=False (paper: the participants train in parallel from the cluster model) |
+    True (code: its server hands every participant the same parameter tensors, so a
+    cluster's participants train one after another, in random order, on one model, and
+    the trimmed mean is over the sequence's checkpoints; ``core.clients.chain_clients``).
+    This is what lets the code's REFINE schedule (5 local steps x 10 clients per round)
+    train as far as the paper reports; see benchmarks/results/srfca_mnist.md.
 The MERGE "size >= t" filter is not applied (a typo in the paper; the code keeps all).
 """
 
@@ -39,10 +47,10 @@ from jax import lax
 
 from fedclust_jax.algorithms.base import check_chunk, evaluate_clusters
 from fedclust_jax.core.aggregate import combine
-from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.clients import chain_clients, map_clients
 from fedclust_jax.core.graph import connected_components
 from fedclust_jax.core.losses import loss_matrix, own_loss
-from fedclust_jax.core.oneshot import check_graph_options, one_shot, replace_steps
+from fedclust_jax.core.oneshot import ONE_SHOT_INITS, check_graph_options, one_shot, replace_steps
 from fedclust_jax.core.pairwise import (client_cluster_cross_loss, cluster_cross_loss,
                                         l2_distances)
 from fedclust_jax.core.participation import client_keys
@@ -75,6 +83,8 @@ class SRFCAConfig:
     clients_per_cluster: int | None = None
     max_participants: int | None = None
     refine_init: str = "continue"
+    one_shot_init: str = "common"
+    sequential: bool = False
     drop_small: bool = False
     k_max: int | None = None
     local: LocalTraining = LocalTraining()
@@ -98,6 +108,8 @@ class SRFCAConfig:
             raise ValueError(f"max_participants must be >= 1 or None, got {self.max_participants!r}")
         if self.refine_init not in REFINE_INITS:
             raise ValueError(f"refine_init must be one of {REFINE_INITS}, got {self.refine_init!r}")
+        if self.one_shot_init not in ONE_SHOT_INITS:
+            raise ValueError(f"one_shot_init must be one of {ONE_SHOT_INITS}, got {self.one_shot_init!r}")
         if self.k_max is not None and (not isinstance(self.k_max, int) or self.k_max < 1):
             raise ValueError(f"k_max must be an integer >= 1 or None, got {self.k_max!r}")
         check_chunk(self.chunk)
@@ -149,7 +161,7 @@ class SRFCA:
         k = self.k_max(n)
         res = one_shot(key, self.model, data, local=replace_steps(cfg.local, cfg.one_shot_steps),
                        lam=cfg.lam, lam_quantile=cfg.lam_quantile, t=cfg.t, metric=cfg.metric,
-                       graph=cfg.graph, k_max=k, chunk=cfg.chunk)
+                       graph=cfg.graph, k_max=k, init=cfg.one_shot_init, chunk=cfg.chunk)
         active = jnp.zeros((k,), bool).at[jnp.where(res.labels >= 0, res.labels, k)].set(
             True, mode="drop")
         return SRFCAState(params=_bcast(res.w0, k), active=active, assign=res.labels,
@@ -165,13 +177,20 @@ class SRFCA:
         lr = cfg.local.lr
         assign = jnp.where((assign >= 0) & active[jnp.clip(assign, 0, k - 1)], assign, -1)
 
-        def train(i, p, kk):
+        def train(p, i, kk):
             return local_train(self.model, cfg.local, p, data.x[i], data.y[i], data.count[i], kk, lr)
 
+        def run(ids, group):
+            """[M, ...] models of clients ``ids`` trained from cluster ``group`` (-1: none)."""
+            keys = client_keys(key, ids)
+            if cfg.sequential:
+                return chain_clients(train, params, group, ids, keys,
+                                     order_key=jax.random.fold_in(key, 3))
+            start = take(params, jnp.clip(group, 0, k - 1))
+            return map_clients(lambda i, p, kk: train(p, i, kk), ids, start, keys, chunk=cfg.chunk)
+
         if cfg.clients_per_cluster is None:
-            ids = jnp.arange(n)
-            start = take(params, jnp.clip(assign, 0, k - 1))
-            trained = map_clients(train, ids, start, client_keys(key, ids), chunk=cfg.chunk)
+            trained = run(jnp.arange(n), assign)
             return cluster_trimmed_mean(trained, assign, params, cfg.beta)
         s = min(cfg.clients_per_cluster, n)
         prio = jax.random.uniform(jax.random.fold_in(key, 2), (n,))
@@ -183,9 +202,7 @@ class SRFCA:
         m = min(k * s, n, cfg.max_participants or n)
         pos = jnp.arange(k * s)
         slots = jnp.argsort(jnp.where(valid, (pos % s) * k + pos // s, k * s))[:m]
-        flat = ids.reshape(-1)[slots]
-        start = take(params, slots // s)
-        trained = map_clients(train, flat, start, client_keys(key, flat), chunk=cfg.chunk)
+        trained = run(ids.reshape(-1)[slots], jnp.where(valid[slots], slots // s, -1))
         trained = jax.tree.map(
             lambda a: jnp.zeros((k * s,) + a.shape[1:], a.dtype).at[slots].set(a).reshape(
                 (k, s) + a.shape[1:]), trained)

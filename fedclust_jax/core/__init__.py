@@ -1,14 +1,14 @@
 """Vectorized primitives every algorithm is built from (clients are the leading axis)."""
 
 from fedclust_jax.core.aggregate import cluster_mean, combine, global_mean, membership
-from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.clients import chain_clients, map_clients
 from fedclust_jax.core.losses import loss_matrix, own_loss
 from fedclust_jax.core.participation import (client_keys, num_participants, participants,
                                               sample_participants)
 from fedclust_jax.core.train import LocalTraining, client_gradient, local_train
 
 __all__ = [
-    "LocalTraining", "client_gradient", "cluster_mean", "combine", "global_mean",
+    "LocalTraining", "chain_clients", "client_gradient", "cluster_mean", "combine", "global_mean",
     "local_train", "loss_matrix", "map_clients", "membership", "num_participants",
     "own_loss", "participants", "client_keys", "sample_participants",
 ]

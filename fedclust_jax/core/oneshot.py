@@ -1,6 +1,7 @@
 """SR-FCA's ONE_SHOT step (Algorithm 1, first line), shared by SR-FCA and ONE_SHOT-IFCA.
 
-Every client trains T local steps from one common init w_0; the server builds the [N, N]
+Every client trains T local steps from one common init w_0 (the authors' code: each from
+its own random init, ``init="independent"``); the server builds the [N, N]
 client distance matrix, links clients at distance <= lambda and keeps the connected
 components (or the authors' greedy pivot clusters) of at least t clients.
 """
@@ -23,6 +24,7 @@ from fedclust_jax.core.train import LocalTraining, local_train
 
 METRICS = ("cross_loss", "l2")
 GRAPHS = ("components", "pivot")
+ONE_SHOT_INITS = ("common", "independent")
 
 
 def check_graph_options(*, lam, lam_quantile, t, metric, graph):
@@ -54,11 +56,10 @@ class OneShotResult:
     labels: jax.Array
 
 
-def train_local_models(model, local: LocalTraining, w0, data, key, chunk=None):
-    """[N, ...] params: every client's ``local.steps`` steps from the common ``w0``."""
+def train_local_models(model, local: LocalTraining, start, data, key, chunk=None):
+    """[N, ...] params: every client's ``local.steps`` steps from its ``start`` [N, ...]."""
     n = data.num_clients
     keys = client_keys(key, jnp.arange(n))
-    start = jax.tree.map(lambda a: jnp.broadcast_to(a, (n,) + a.shape), w0)
     return map_clients(
         lambda p, x, y, c, k: local_train(model, local, p, x, y, c, k, local.lr),
         start, data.x, data.y, data.count, keys, chunk=chunk)
@@ -76,14 +77,23 @@ def client_distances(model, local_params, data, metric: str, chunk=None):
 
 def one_shot(key, model, data, *, local: LocalTraining, lam, lam_quantile, t: int,
              metric: str = "cross_loss", graph: str = "components", k_max: int | None = None,
-             chunk=None) -> OneShotResult:
+             init: str = "common", chunk=None) -> OneShotResult:
     """ONE_SHOT(lambda, t). ``local`` is the clients' training (T = local.steps);
     lam_quantile (the authors' code option) sets lambda to that quantile of the pairwise
-    distances instead of ``lam``; graph "components" (paper) or "pivot" (code)."""
+    distances instead of ``lam``; graph "components" (paper) or "pivot" (code); init
+    "common" (paper: all clients start from w_0) or "independent" (code: every client's
+    model is initialised on its own, from keys split off w_0's key)."""
     check_graph_options(lam=lam, lam_quantile=lam_quantile, t=t, metric=metric, graph=graph)
+    if init not in ONE_SHOT_INITS:
+        raise ValueError(f"ONE_SHOT init must be one of {ONE_SHOT_INITS}, got {init!r}")
     k_init, k_train, k_graph = jax.random.split(key, 3)
     w0 = model.init(k_init)
-    local_params = train_local_models(model, local, w0, data, k_train, chunk)
+    n = data.num_clients
+    if init == "common":
+        start = jax.tree.map(lambda a: jnp.broadcast_to(a, (n,) + a.shape), w0)
+    else:
+        start = jax.vmap(model.init)(jax.random.split(jax.random.fold_in(k_init, 1), n))
+    local_params = train_local_models(model, local, start, data, k_train, chunk)
     dist, closs = client_distances(model, local_params, data, metric, chunk)
     lam_v = upper_quantile(dist, lam_quantile) if lam_quantile is not None else jnp.float32(lam)
     adj = dist <= lam_v
@@ -91,7 +101,6 @@ def one_shot(key, model, data, *, local: LocalTraining, lam, lam_quantile, t: in
         labels = connected_components(adj, t)
     else:
         labels = pivot_clustering(k_graph, adj, t)
-    n = data.num_clients
     labels = relabel_by_size(labels, n if k_max is None else k_max)
     return OneShotResult(w0=w0, local=local_params, client_loss=closs, dist=dist,
                          lam=jnp.asarray(lam_v, jnp.float32), labels=labels)
