@@ -41,11 +41,13 @@ def test_ifca_with_one_cluster_equals_fedavg(sequential):
     assert_trees_close(jax.tree.map(lambda a: a[0], s_ifca.params), s_avg.params, rtol=1e-5, atol=1e-6)
 
 
-def test_ifca_frozen_to_true_clusters_equals_per_cluster_fedavg():
+@pytest.mark.parametrize("per_cluster", [None, 50])
+def test_ifca_frozen_to_true_clusters_equals_per_cluster_fedavg(per_cluster):
     data = small_classification()
     model = mlp((6, 16, 3))
     local = LocalTraining(steps=2, lr=0.2)
-    ifca = IFCA(model, IFCAConfig(num_clusters=2, local=local, assignment="oracle"))
+    ifca = IFCA(model, IFCAConfig(num_clusters=2, local=local, assignment="oracle",
+                                  clients_per_cluster=per_cluster))
     state = run(ifca, ifca.init(jax.random.key(3), data), data, 3)
     start = ifca.init(jax.random.key(3), data).params
     fedavg = FedAvg(model, FedAvgConfig(local=local))
@@ -184,10 +186,27 @@ def test_weight_sharing_body_is_one_global_average():
         np.testing.assert_allclose(head["kernel"][j], np.mean(members, axis=0), rtol=1e-5, atol=1e-6)
 
 
-def test_sequential_needs_option_two_without_weight_sharing():
+def test_sequential_and_per_cluster_sampling_reject_what_they_do_not_define():
     for bad in (dict(option="gradient"), dict(weight_sharing=True)):
         with pytest.raises(ValueError, match="sequential"):
             IFCAConfig(sequential=True, **bad)
+    for bad in (dict(clients_per_cluster=0), dict(clients_per_cluster=5, participation=0.5),
+                dict(clients_per_cluster=5, weight_sharing=True)):
+        with pytest.raises(ValueError, match="clients_per_cluster"):
+            IFCAConfig(**bad)
+
+
+def test_per_cluster_sampling_trains_at_most_s_members_of_each_cluster():
+    data = small_classification()                        # 12 clients, 6 per true cluster
+    model = mlp((6, 3))
+    ifca = IFCA(model, IFCAConfig(num_clusters=2, local=LocalTraining(steps=1, lr=0.1),
+                                  assignment="oracle", clients_per_cluster=2))
+    state = ifca.init(jax.random.key(0), data)
+    idx, _, assign, _, _ = ifca._select(state, jax.random.key(1), data)
+    idx, assign = np.asarray(idx), np.asarray(assign)
+    np.testing.assert_array_equal(assign, [0, 0, 1, 1])
+    np.testing.assert_array_equal(np.asarray(data.cluster)[idx], assign)
+    assert len(set(idx.tolist())) == 4
 
 
 def test_weight_sharing_needs_a_head():

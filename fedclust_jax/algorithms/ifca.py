@@ -25,7 +25,8 @@ from fedclust_jax.algorithms.base import (ClusterState, check_chunk, check_clust
 from fedclust_jax.core.aggregate import cluster_mean, combine, membership
 from fedclust_jax.core.clients import chain_clients, map_clients
 from fedclust_jax.core.losses import loss_matrix
-from fedclust_jax.core.participation import num_participants, participants
+from fedclust_jax.core.participation import (client_keys, num_participants, participants,
+                                              per_cluster_participants)
 from fedclust_jax.core.pytree import head_mask, take
 from fedclust_jax.core.train import LocalTraining, client_gradient, local_train
 
@@ -44,7 +45,9 @@ class IFCAConfig:
     after a one-shot clustering); chunk: clients per vectorized chunk; sequential (option
     II, the SR-FCA authors' code): a cluster's participants train one after another in
     random order on its one shared model and the cluster mean is over their checkpoints
-    (``core.clients.chain_clients``)."""
+    (``core.clients.chain_clients``); clients_per_cluster (the SR-FCA authors' code,
+    instead of ``participation``): every client is reassigned every round and S members
+    of each cluster (all of a smaller one) train."""
 
     num_clusters: int = 2
     option: str = "model"
@@ -55,6 +58,7 @@ class IFCAConfig:
     assignment: str = "loss"
     chunk: int | None = None
     sequential: bool = False
+    clients_per_cluster: int | None = None
 
     def __post_init__(self):
         check_clusters(self.num_clusters)
@@ -65,6 +69,13 @@ class IFCAConfig:
         num_participants(1, self.participation)
         check_weighting(self.weighting)
         check_chunk(self.chunk)
+        if self.clients_per_cluster is not None and (
+                not isinstance(self.clients_per_cluster, int) or self.clients_per_cluster < 1
+                or self.participation != 1.0 or self.weight_sharing):
+            raise ValueError("clients_per_cluster must be an integer >= 1, with participation "
+                             f"left at 1.0 and no weight sharing; got {self.clients_per_cluster!r}, "
+                             f"participation {self.participation}, weight_sharing "
+                             f"{self.weight_sharing}")
         if self.sequential and (self.option != "model" or self.weight_sharing):
             raise ValueError("sequential client training is defined for option=\"model\" "
                              "without weight sharing; set sequential=False")
@@ -112,13 +123,29 @@ class IFCA:
         loss, _ = loss_matrix(self.model, params, x, y, count, chunk=self.cfg.chunk)
         return jnp.argmin(loss, axis=1).astype(jnp.int32), loss
 
+    def _select(self, state: ClusterState, key, data):
+        """(idx int32[M] participants, their keys, their clusters int32[M] (-1: an empty
+        slot), the new assignment int32[N], loss matrix [M or N, K])."""
+        cfg, n, k = self.cfg, data.num_clients, self.cfg.num_clusters
+        if cfg.clients_per_cluster is None:
+            idx, keys = participants(key, n, cfg.participation)
+            part = data.take(idx)
+            found, loss = self.assign(state.params, part.x, part.y, part.count)
+            assign = found if cfg.assignment == "loss" else state.assign[idx]
+            return idx, keys, assign, state.assign.at[idx].set(assign), loss
+        found, loss = self.assign(state.params, data.x, data.y, data.count)
+        everyone = found if cfg.assignment == "loss" else state.assign
+        ids, valid = per_cluster_participants(jax.random.fold_in(key, 3), everyone, k,
+                                              cfg.clients_per_cluster)
+        idx = ids.reshape(-1)
+        assign = jnp.where(valid, jnp.arange(k)[:, None], -1).reshape(-1).astype(jnp.int32)
+        return idx, client_keys(key, idx), assign, everyone, loss
+
     def round(self, state: ClusterState, key, data):
         cfg, n = self.cfg, data.num_clients
-        idx, keys = participants(key, n, cfg.participation)
+        idx, keys, assign, new_assign, loss = self._select(state, key, data)
         part = data.take(idx)
-        found, loss = self.assign(state.params, part.x, part.y, part.count)
-        assign = found if cfg.assignment == "loss" else state.assign[idx]
-        start = take(state.params, assign)
+        start = take(state.params, jnp.clip(assign, 0, cfg.num_clusters - 1))
         lr = cfg.local.lr_at(state.round)
         heads = head_mask(state.params, self.model.head) if cfg.weight_sharing else None
 
@@ -147,7 +174,7 @@ class IFCA:
                 params = jax.tree.map(
                     lambda h, c, b: c if h else jnp.broadcast_to(b, c.shape), heads, params, everyone)
 
-        new = ClusterState(params=params, assign=state.assign.at[idx].set(assign), round=state.round + 1)
+        new = ClusterState(params=params, assign=new_assign, round=state.round + 1)
         return new, dict(train_loss=loss.min(axis=1).mean())
 
     def objective(self, state, data):

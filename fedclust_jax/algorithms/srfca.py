@@ -53,7 +53,7 @@ from fedclust_jax.core.losses import loss_matrix, own_loss
 from fedclust_jax.core.oneshot import ONE_SHOT_INITS, check_graph_options, one_shot, replace_steps
 from fedclust_jax.core.pairwise import (client_cluster_cross_loss, cluster_cross_loss,
                                         l2_distances)
-from fedclust_jax.core.participation import client_keys
+from fedclust_jax.core.participation import client_keys, per_cluster_participants
 from fedclust_jax.core.pytree import flatten_stacked, take
 from fedclust_jax.core.robust import cluster_trimmed_mean
 from fedclust_jax.core.train import LocalTraining, local_train
@@ -192,11 +192,9 @@ class SRFCA:
         if cfg.clients_per_cluster is None:
             trained = run(jnp.arange(n), assign)
             return cluster_trimmed_mean(trained, assign, params, cfg.beta)
-        s = min(cfg.clients_per_cluster, n)
-        prio = jax.random.uniform(jax.random.fold_in(key, 2), (n,))
-        score = jnp.where(assign[None, :] == jnp.arange(k)[:, None], prio[None, :], 2.0)
-        neg, ids = lax.top_k(-score, s)                            # [K, S] lowest scores
-        valid = (-neg < 1.5).reshape(-1)
+        ids, valid = per_cluster_participants(jax.random.fold_in(key, 2), assign, k,
+                                              cfg.clients_per_cluster)
+        s, valid = ids.shape[1], valid.reshape(-1)
         # pack the valid (cluster, slot) pairs round-robin over clusters (slot 0 of every
         # cluster, then slot 1, ...); train only the first M of them
         m = min(k * s, n, cfg.max_participants or n)

@@ -6,6 +6,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 
 def num_participants(num_clients: int, fraction: float) -> int:
@@ -38,3 +39,13 @@ def client_keys(key, ids) -> jax.Array:
     """Per-client keys [M] for global client ids ``ids`` in the round of ``key``."""
     base = jax.random.fold_in(key, 1)
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(ids)
+
+
+def per_cluster_participants(key, assign, num_clusters: int, per_cluster: int):
+    """(ids int32[K, S], valid bool[K, S]): S = per_cluster members of each cluster drawn
+    uniformly without replacement (all members of a smaller cluster; the rest of its row
+    is invalid). assign: int32[N] cluster of each client (-1: none)."""
+    prio = jax.random.uniform(key, assign.shape)
+    score = jnp.where(assign[None, :] == jnp.arange(num_clusters)[:, None], prio[None, :], 2.0)
+    neg, ids = lax.top_k(-score, min(per_cluster, assign.shape[0]))     # lowest scores
+    return ids.astype(jnp.int32), -neg < 1.5
