@@ -196,6 +196,25 @@ def test_options_restarts_and_errors():
         UIFCA(affine_flow(3)).init(jax.random.key(0), d)
 
 
+def test_select_after_continues_the_lowest_objective_restart():
+    d = _two_gaussians(0.5, s=50)
+    cfg = UIFCAConfig(**dict(SMALL, cluster_rounds=4, comm_rounds=3, local_steps=5))
+    flow, key = affine_flow(4), jax.random.key(0)
+    s_all, h_all = run_uifca(flow, d, key, cfg, restarts=3)
+    s_end, h_end = run_uifca(flow, d, key, cfg, restarts=3, select_after=4)
+    np.testing.assert_array_equal(s_all.assign, s_end.assign)    # t0 = T: the plain run
+    assert h_all["purity"] == h_end["purity"]
+    s1, h1 = run_uifca(flow, d, key, cfg, restarts=3, select_after=1)
+    assert len(h1["purity"]) == 5 and len(h1["final_objective"]) == 3
+    assert h1["kept"] == int(np.argmin(h1["final_objective"]))
+    assert h1["objective"][1] == min(h1["final_objective"])
+    for bad in (0, 5, 1.5):
+        with pytest.raises(ValueError, match="select_after"):
+            run_uifca(flow, d, key, cfg, restarts=2, select_after=bad)
+    with pytest.raises(ValueError, match="restarts"):
+        run_uifca(flow, d, key, cfg, restarts=0)
+
+
 def test_standardize_points_uses_real_points_only():
     d = gaussian_clusters(jax.random.key(0), num_clients=2, points_per_client=30, dim=3)
     d = d.replace(count=jnp.array([30, 20], jnp.int32))
