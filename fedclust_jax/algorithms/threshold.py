@@ -244,17 +244,25 @@ def momentum_update(momentum, grads, alpha):
     return alpha * grads + (1 - alpha) * momentum
 
 
-class MomentumClustering:
-    name = "mc"
+class _KClustersPersonal:
+    """Shared by MC and Myopic: K gradient clusters over personal models under attack."""
+
     clusters_clients = True
 
-    def __init__(self, model, cfg: MCConfig = MCConfig()):
+    def __init__(self, model, cfg):
         self.model, self.cfg = model, cfg
         self.attack = attack_from_config(cfg)
 
     def check_data(self, data):
         check_clusters(self.cfg.num_clusters, data.num_clients)
         num_byzantine(data.num_clients, self.cfg.byz_frac)
+
+
+class MomentumClustering(_KClustersPersonal):
+    name = "mc"
+
+    def __init__(self, model, cfg: MCConfig = MCConfig()):
+        super().__init__(model, cfg)
 
     def init(self, key, data, params=None) -> PersonalState:
         if params is None:
@@ -317,17 +325,11 @@ def myopic_direction(key, grads, k: int, iters: int = 20):
     return centres[labels], labels
 
 
-class Myopic:
+class Myopic(_KClustersPersonal):
     name = "myopic"
-    clusters_clients = True
 
     def __init__(self, model, cfg: MyopicConfig = MyopicConfig()):
-        self.model, self.cfg = model, cfg
-        self.attack = attack_from_config(cfg)
-
-    def check_data(self, data):
-        check_clusters(self.cfg.num_clusters, data.num_clients)
-        num_byzantine(data.num_clients, self.cfg.byz_frac)
+        super().__init__(model, cfg)
 
     def init(self, key, data, params=None) -> PersonalState:
         if params is None:
