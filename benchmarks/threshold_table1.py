@@ -5,9 +5,10 @@ K = 4 clusters x 75 clients (N = 300) of disjoint shuffled MNIST shards (recipe
 k * 90 degrees, or labels mapped y -> (y + k) mod 10). Methods: Federated-Clustering (FC,
 Alg. 2; TC with K = 1 from the client's own gradient, radius = 20th percentile of the
 distances, the clients cut into 16 random subgroups every round, as the paper), IFCA,
-Local, Global (FedAvg) and the ground-truth oracle (per-cluster averaging with the true
-clusters). Writes a markdown table of mean +- std test accuracy and loss over seeds beside
-the paper's numbers. Seeds are a vmap axis of one compiled program per method.
+Local, Global (FedAvg), Ditto (lambda = 1), KNN (kNN-Per on the FedAvg model, lambda_knn =
+0.5 / 0.9 as the paper, k = 10, pixel features) and the ground-truth oracle (per-cluster
+averaging with the true clusters). Writes a markdown table of mean +- std test accuracy
+and loss over seeds beside the paper's numbers. Seeds are a vmap axis of one compiled program per method.
 
     python benchmarks/threshold_table1.py --data-dir ../shared/data/mnist \
         [--seeds 3] [--rounds 300] [--out benchmarks/results/threshold_table1.md]
@@ -25,10 +26,13 @@ method takes the same number of steps with the same lr and batch size (the paper
 the learning rate separately for each algorithm ... but preserve all other algorithmic
 setups"; no tuning here). ``--time-round`` only measures one compiled round per method.
 
-FC costs O(N x N / 16) minibatch gradients a round: about 58 s a round with the MLP on one
-CPU core, so benchmarks/results/threshold_table1.md was produced with a documented reduced
-setting (``--hidden 0 --rounds 200 --seeds 1``: softmax regression, 2.1 s a round); see
-its notes.
+FC costs O(N x N / 16) minibatch gradients a round. On a CPU it is fastest one client at a
+time (``--fc-chunk 1``, the default): each client's [S, P] gradients then stay in cache for
+the l TC iterations, where a vmapped chunk of 20 clients spends most of its time re-reading
+them (MLP, both cores shared with other jobs: 20 s a round at chunk 1, 37 s at chunk 5,
+58 s at chunk 20 on one core). benchmarks/results/threshold_table1.md was produced with a
+documented reduced setting (``--hidden 0 --rounds 200 --seeds 1``: softmax regression);
+see its notes.
 """
 
 from __future__ import annotations
@@ -44,8 +48,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedclust_jax import metrics
+from fedclust_jax.algorithms.ditto import Ditto, DittoConfig
 from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
 from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
+from fedclust_jax.algorithms.knn_per import KNNPer, KNNPerConfig
 from fedclust_jax.algorithms.local import Local, LocalConfig
 from fedclust_jax.algorithms.threshold import FCConfig, FederatedClustering
 from fedclust_jax.core.train import LocalTraining
@@ -60,11 +66,12 @@ PAPER = {  # Table 1: (acc %, loss)
               "IFCA": (65.4, 0.531), "KNN": (63.2, 1.411), "FC": (77.0, 0.468),
               "GT (oracle)": (85.1, 0.430)},
 }
-METHODS = ("Local", "Global", "IFCA", "FC", "GT (oracle)")
+METHODS = ("Local", "Global", "Ditto", "IFCA", "KNN", "FC", "GT (oracle)")
+KNN_LAM = {"rotation": 0.5, "label": 0.9}   # the paper's lambda_knn per task
 TASK_NAME = {"rotation": "Rotation", "label": "Private label"}
 
 
-def build(method, args):
+def build(method, args, task):
     local = LocalTraining(steps=1, lr=args.lr, batch_size=args.batch_size)
     model = mlp((784, args.hidden, 10) if args.hidden else (784, 10))
     ch = args.chunk
@@ -81,6 +88,10 @@ def build(method, args):
         return FedAvg(model, FedAvgConfig(local=local, chunk=ch))
     if method == "Local":
         return Local(model, LocalConfig(local=local, chunk=ch))
+    if method == "Ditto":
+        return Ditto(model, DittoConfig(local=local, lam=1.0, chunk=ch))
+    if method == "KNN":
+        return KNNPer(model, KNNPerConfig(local=local, lam=KNN_LAM[task], neighbors=10, chunk=ch))
     raise ValueError(method)
 
 
@@ -133,7 +144,8 @@ def main(argv=None):
     p.add_argument("--tc-iters", type=int, default=10)
     p.add_argument("--fc-groups", type=int, default=16)
     p.add_argument("--chunk", type=int, default=None, help="clients per chunk (baselines)")
-    p.add_argument("--fc-chunk", type=int, default=20, help="clients per chunk in FC (0: all at once)")
+    p.add_argument("--fc-chunk", type=int, default=1,
+                   help="clients per chunk in FC (0: all at once, for an accelerator)")
     p.add_argument("--time-round", action="store_true", help="only time one round per method")
     p.add_argument("--out", default=None)
     p.add_argument("--note", action="append", default=[], help="a line for the notes")
@@ -148,7 +160,7 @@ def main(argv=None):
                       for s in seeds])
         print(f"{task}: x {data.x.shape}, test {data.x_test.shape}", flush=True)
         for method in args.methods:
-            alg = build(method, args)
+            alg = build(method, args, task)
             if args.time_round:
                 per, comp = time_round(alg, keys, data)
                 print(f"  {method}: {per:.2f} s/round ({len(seeds)} seeds), first call {comp:.1f} s",

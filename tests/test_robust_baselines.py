@@ -1,16 +1,22 @@
-"""Three-Stage and Ditto: known limits and recovery on small synthetic tasks."""
+"""Three-Stage, Ditto and kNN-Per: known limits and recovery on small synthetic tasks."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+import pytest
+
 from fedclust_jax.algorithms.ditto import Ditto, DittoConfig
+from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
+from fedclust_jax.algorithms.knn_per import KNNPer, KNNPerConfig, knn_label_shares
 from fedclust_jax.algorithms.local import Local, LocalConfig
 from fedclust_jax.algorithms.three_stage import ThreeStage, ThreeStageConfig, trimmed_kmeans
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.data.robust_synthetic import brifca_regression
 from fedclust_jax.metrics import parameter_error
 from fedclust_jax.models.linear import linear_regression
+from fedclust_jax.models.mlp import mlp
+from helpers import small_classification
 
 
 def _run(alg, data, rounds, params=None):
@@ -56,3 +62,39 @@ def test_ditto_lambda_zero_is_local():
     far = _run(Ditto(model, DittoConfig(local=local, lam=5.0)), data, 5)
     spread = lambda s: float(jnp.linalg.norm(s.params["theta"] - s.params["theta"].mean(0)))
     assert spread(far) < spread(d)
+
+
+def test_knn_label_shares_known_answer():
+    train = jnp.asarray([[0.0], [1.0], [2.0], [10.0], [11.0]])
+    y = jnp.asarray([0, 0, 1, 2, 2])
+    mask = jnp.asarray([True, True, True, True, False])   # the last point is padding
+    shares = knn_label_shares(train, y, mask, jnp.asarray([[0.2], [10.6]]), 3, 3)
+    # 10.6: the padding point 11 must not vote, so its neighbours are 10, 2 and 1
+    np.testing.assert_allclose(shares, [[2 / 3, 1 / 3, 0], [1 / 3, 1 / 3, 1 / 3]], atol=1e-6)
+
+
+def test_knn_per_limits():
+    data = small_classification(seed=4)
+    model = mlp((6, 3))
+    local = LocalTraining(steps=2, lr=0.1)
+    fed = FedAvg(model, FedAvgConfig(local=local))
+    s = _run(fed, data, 5)
+    base = fed.evaluate(s, data)
+    mix0 = KNNPer(model, KNNPerConfig(local=local, lam=0.0)).evaluate(s, data)
+    np.testing.assert_allclose(mix0["test_acc"], base["test_acc"], atol=1e-6)
+    np.testing.assert_allclose(mix0["test_loss"], base["test_loss"], rtol=1e-5)
+    # pure 1-NN tested on its own training points is always right
+    own = data.replace(x_test=data.x, y_test=data.y, count_test=data.count)
+    nn1 = KNNPer(model, KNNPerConfig(local=local, lam=1.0, neighbors=1)).evaluate(s, own)
+    np.testing.assert_allclose(nn1["test_acc"], 1.0)
+
+
+def test_knn_per_rejects_bad_settings():
+    with pytest.raises(ValueError, match="lam"):
+        KNNPerConfig(lam=1.5)
+    with pytest.raises(ValueError, match="neighbors"):
+        KNNPerConfig(neighbors=0)
+    with pytest.raises(ValueError, match="features"):
+        KNNPerConfig(features="hidden")
+    with pytest.raises(ValueError, match="classification"):
+        KNNPer(linear_regression(3))

@@ -21,6 +21,7 @@ from fedclust_jax.algorithms.local_kmeans import LocalKMeans, LocalKMeansConfig
 from fedclust_jax.algorithms.oneshot_ifca import OneShotIFCA, OneShotIFCAConfig
 from fedclust_jax.algorithms.brifca import BRIFCA, BRIFCAConfig
 from fedclust_jax.algorithms.ditto import Ditto, DittoConfig
+from fedclust_jax.algorithms.knn_per import KNNPer, KNNPerConfig
 from fedclust_jax.algorithms.three_stage import ThreeStage, ThreeStageConfig
 from fedclust_jax.algorithms.threshold import (FCConfig, FederatedClustering, MCConfig,
                                                MomentumClustering, Myopic, MyopicConfig)
@@ -86,6 +87,7 @@ ALGORITHMS: dict[str, Callable] = {
     "mc": _simple(MomentumClustering, MCConfig),
     "myopic": _simple(Myopic, MyopicConfig),
     "ditto": _simple(Ditto, DittoConfig),
+    "knn-per": _simple(KNNPer, KNNPerConfig),
 }
 ALGORITHM_HELP = {
     "fedavg": "FedAvg: one global model (IFCA paper's 'global' baseline)",
@@ -104,6 +106,7 @@ ALGORITHM_HELP = {
     "mc": "Momentum-Clustering: threshold clustering of client momenta into K centers",
     "myopic": "Myopic-Clustering strawman: k-means of the current gradients",
     "ditto": "Ditto (Li et al.): FedAvg plus proximal personal models (lambda)",
+    "knn-per": "kNN-Per (Marfoq et al.): FedAvg model mixed with a local kNN predictor (lam)",
 }
 
 
