@@ -26,10 +26,13 @@ def byzantine_assign(model, attack, params, x, y, count, byz, *, num_classes=0, 
     Byzantine rows evaluated at ``attack.eval_params(params)`` and then placed."""
     k = jax.tree.leaves(params)[0].shape[0]
     y = attack.flip_labels(y, byz, num_classes)
-    loss, _ = loss_matrix(model, params, x, y, count, chunk=chunk)
-    if attack.name == "outlier":
-        bad, _ = loss_matrix(model, attack.eval_params(params), x, y, count, chunk=chunk)
-        loss = jnp.where(byz[:, None], bad, loss)
+    if attack.name == "outlier":   # both loss matrices in one pass over the data
+        both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), params,
+                            attack.eval_params(params))
+        loss, _ = loss_matrix(model, both, x, y, count, chunk=chunk)
+        loss = jnp.where(byz[:, None], loss[:, k:], loss[:, :k])
+    else:
+        loss, _ = loss_matrix(model, params, x, y, count, chunk=chunk)
     assign = jnp.argmin(loss, axis=1).astype(jnp.int32)
     return attack.place(assign, byz, k), loss, y
 
