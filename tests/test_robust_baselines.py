@@ -10,7 +10,8 @@ from fedclust_jax.algorithms.ditto import Ditto, DittoConfig
 from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
 from fedclust_jax.algorithms.knn_per import KNNPer, KNNPerConfig, knn_label_shares
 from fedclust_jax.algorithms.local import Local, LocalConfig
-from fedclust_jax.algorithms.three_stage import ThreeStage, ThreeStageConfig, trimmed_kmeans
+from fedclust_jax.algorithms.three_stage import (ThreeStage, ThreeStageConfig, best_trimmed_kmeans,
+                                                 trimmed_cost, trimmed_kmeans)
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.data.robust_synthetic import brifca_regression
 from fedclust_jax.metrics import parameter_error
@@ -98,3 +99,28 @@ def test_knn_per_rejects_bad_settings():
         KNNPerConfig(features="hidden")
     with pytest.raises(ValueError, match="classification"):
         KNNPer(linear_regression(3))
+
+
+def test_trimmed_kmeans_random_seeding_with_restarts_avoids_outliers():
+    """k-means++ seeds on the far points (and merges two clusters) whatever the key; uniform
+    seeding with restarts, kept by trimmed cost, finds the clusters (trim_frac 0.2 trims the
+    3 far points wherever they join a cluster of 15)."""
+    rng = np.random.default_rng(5)
+    centers = rng.normal(size=(6, 4)) * 4
+    pts = jnp.asarray(np.concatenate([c + 0.2 * rng.normal(size=(15, 4)) for c in centers]
+                                     + [np.full((3, 4), 40.0)]).astype(np.float32))
+    truth = np.repeat(np.arange(6), 15)
+    pure = lambda lab: (len(set(np.asarray(lab)[:90])) == 6 and
+                        all(len(set(np.asarray(lab)[:90][truth == j])) == 1 for j in range(6)))
+    keys = jax.random.split(jax.random.key(0), 8)
+    assert not any(pure(trimmed_kmeans(kk, pts, 6, 0.2, 20)[1]) for kk in keys)
+    singles = [trimmed_kmeans(kk, pts, 6, 0.2, 20, seeding="random") for kk in
+               jax.random.split(jax.random.key(1), 16)]
+    centers_b, labels_b = best_trimmed_kmeans(jax.random.key(1), pts, 6, 0.2, 20, 16, "random")
+    assert float(trimmed_cost(pts, centers_b, 0.2)) <= min(
+        float(trimmed_cost(pts, c, 0.2)) for c, _ in singles) + 1e-3
+    assert pure(labels_b)
+    with pytest.raises(ValueError, match="kmeans_restarts"):
+        ThreeStageConfig(kmeans_restarts=0)
+    with pytest.raises(ValueError, match="kmeans_seeding"):
+        ThreeStageConfig(kmeans_seeding="forgy")

@@ -6,6 +6,12 @@ Stage 1 (one shot, in ``init``): every machine computes its local ERM by ``erm_s
 Stage 2 (in ``init``): trimmed k-means on the flattened ERMs: k-means++ seeding, then
   ``kmeans_iters`` (paper: 100) iterations of nearest-center assignment and a per-cluster
   coordinate-wise trim_frac-trimmed mean as the center update (Ghosh et al.'s rule).
+  The papers are silent on seeding. k-means++ (default) samples by squared distance, so it
+  almost always seeds a center on far Byzantine ERMs and then merges two true clusters;
+  ``kmeans_seeding="random"`` (k distinct uniform points) avoids that with probability
+  about (1 - byz_frac)^k. ``kmeans_restarts`` R > 1: R seedings (a vmap axis), keeping the
+  run of lowest trimmed cost, the sum of the smallest ceil((1 - trim_frac) N) squared
+  distances to the nearest center.
 Stage 3 (``round``, paper: 300 rounds): trimmed-mean GD within the fixed clusters,
   theta_j <- theta_j - gamma trmean_beta({g_i : i in cluster j}), g_i at theta_{c_i}.
 Byzantine machines are the last round(byz_frac m); they keep their stage-2 cluster.
@@ -14,6 +20,7 @@ Byzantine machines are the last round(byz_frac m); they keep their stage-2 clust
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -41,10 +48,21 @@ def _unflatten(flat, like_one, k):
     return jax.tree.unflatten(tree, out)
 
 
-def trimmed_kmeans(key, points, k: int, trim_frac: float, iters: int, init=None):
+SEEDINGS = ("kmeans++", "random")
+
+
+def seed_centers(key, points, k: int, seeding: str):
+    """[k, P] initial centers: k-means++ or k distinct points drawn uniformly."""
+    if seeding == "kmeans++":
+        return kmeans_plus_plus(key, points, k)
+    return points[jax.random.choice(key, points.shape[0], (k,), replace=False)]
+
+
+def trimmed_kmeans(key, points, k: int, trim_frac: float, iters: int, init=None,
+                   seeding: str = "kmeans++"):
     """(centers [k, P], labels int32[N]): Lloyd iterations with trimmed-mean centers from
-    ``init`` [k, P] (default: k-means++ seeding, which far outliers can capture)."""
-    centers = kmeans_plus_plus(key, points, k) if init is None else init
+    ``init`` [k, P] (default: ``seed_centers`` by ``seeding``)."""
+    centers = seed_centers(key, points, k, seeding) if init is None else init
 
     def step(c, _):
         labels = jnp.argmin(sq_distances(points, c), axis=1).astype(jnp.int32)
@@ -54,16 +72,40 @@ def trimmed_kmeans(key, points, k: int, trim_frac: float, iters: int, init=None)
     return centers, jnp.argmin(sq_distances(points, centers), axis=1).astype(jnp.int32)
 
 
+def trimmed_cost(points, centers, trim_frac: float):
+    """Sum of the ceil((1 - trim_frac) N) smallest squared distances to the nearest center."""
+    d = jnp.sort(jnp.min(sq_distances(points, centers), axis=1))
+    keep = max(1, math.ceil((1 - trim_frac) * points.shape[0] - 1e-9))
+    return jnp.sum(d[:keep])
+
+
+def best_trimmed_kmeans(key, points, k: int, trim_frac: float, iters: int, restarts: int,
+                        seeding: str = "kmeans++"):
+    """``trimmed_kmeans`` from ``restarts`` seedings (vmapped); the run of lowest
+    ``trimmed_cost`` is kept."""
+    if restarts == 1:
+        return trimmed_kmeans(key, points, k, trim_frac, iters, seeding=seeding)
+    centers, labels = jax.vmap(
+        lambda kk: trimmed_kmeans(kk, points, k, trim_frac, iters, seeding=seeding))(
+        jax.random.split(key, restarts))
+    best = jnp.argmin(jax.vmap(lambda c: trimmed_cost(points, c, trim_frac))(centers))
+    return centers[best], labels[best]
+
+
 @dataclasses.dataclass(frozen=True)
 class ThreeStageConfig(ByzantineSetting):
     """num_clusters: k; erm_steps, erm_lr: stage-1 full-batch GD; kmeans_iters: stage-2
-    iterations; trim_frac: beta of stages 2 and 3; local: stage-3 lr = gamma; byz_frac and
+    iterations; kmeans_seeding ("kmeans++" or "random") and kmeans_restarts (best trimmed
+    cost kept): stage-2 starts; trim_frac: beta
+    of stages 2 and 3; local: stage-3 lr = gamma; byz_frac and
     attack fields: see ``fedclust_jax.attacks`` (placement unused: clusters are fixed)."""
 
     num_clusters: int = 2
     erm_steps: int = 100
     erm_lr: float = 0.1
     kmeans_iters: int = 100
+    kmeans_seeding: str = "kmeans++"
+    kmeans_restarts: int = 1
     trim_frac: float = 0.05
     local: LocalTraining = LocalTraining(steps=1, lr=0.01)
     chunk: int | None = None
@@ -77,6 +119,10 @@ class ThreeStageConfig(ByzantineSetting):
         LocalTraining(steps=self.erm_steps, lr=self.erm_lr)
         if self.kmeans_iters < 1:
             raise ValueError(f"kmeans_iters must be >= 1, got {self.kmeans_iters}")
+        if self.kmeans_seeding not in SEEDINGS:
+            raise ValueError(f"kmeans_seeding must be one of {SEEDINGS}, got {self.kmeans_seeding!r}")
+        if self.kmeans_restarts < 1:
+            raise ValueError(f"kmeans_restarts must be >= 1, got {self.kmeans_restarts}")
         attack_from_config(self)
         check_chunk(self.chunk)
 
@@ -106,8 +152,9 @@ class ThreeStage:
                           data.x, y, data.count, keys, chunk=cfg.chunk)
         erm = self.attack.corrupt(jax.random.fold_in(key, 2), erm, jnp.zeros((n,), jnp.int32),
                                   byz, 1, num_byzantine(n, cfg.byz_frac))
-        centers, labels = trimmed_kmeans(jax.random.fold_in(key, 3), flatten_stacked(erm), k,
-                                         cfg.trim_frac, cfg.kmeans_iters)
+        centers, labels = best_trimmed_kmeans(jax.random.fold_in(key, 3), flatten_stacked(erm), k,
+                                              cfg.trim_frac, cfg.kmeans_iters, cfg.kmeans_restarts,
+                                              cfg.kmeans_seeding)
         return ClusterState(params=_unflatten(centers, start, k), assign=labels,
                             round=jnp.zeros((), jnp.int32))
 
