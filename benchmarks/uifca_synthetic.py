@@ -46,13 +46,14 @@ THESIS = {
 GENERATORS = {"Gaussian": gaussian_clusters, "Subspace": subspace_clusters}
 
 
-def run(seeds: int, cfg: UIFCAConfig, datasets, restarts: int, select_after, scaling: str,
-        on_cell=None):
+def run(seeds, cfg: UIFCAConfig, datasets, restarts: int, select_after, scaling: str,
+        on_cell=None, ps=PS):
+    """seeds: iterable of seed numbers; ps: the heterogeneity levels to run."""
     flow = affine_flow(32)
     results, curves, screens = {}, {}, {}
-    for seed in range(seeds):
+    for seed in seeds:
         for name in datasets:
-            for p in PS:
+            for p in ps:
                 key = jax.random.key(1000 * seed + int(100 * p))
                 k_data, k_kfed, k_uifca = jax.random.split(key, 3)
                 extra = dict(scaling=scaling) if name == "Gaussian" else {}
@@ -149,6 +150,8 @@ def table(results, cfg_line, datasets) -> str:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--first-seed", type=int, default=0, help="run seeds first .. first + seeds - 1")
+    ap.add_argument("--ps", default=",".join(map(str, PS)), help="comma-separated p values")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--restarts", type=int, default=8)
     ap.add_argument("--select-after", type=int, default=5,
@@ -203,8 +206,12 @@ def main():
         Path(a.out).write_text(text)
         return text
 
-    results, curves, screens = run(a.seeds, cfg, datasets, a.restarts, a.select_after,
-                                   a.scaling, on_cell=write)
+    seeds = range(a.first_seed, a.first_seed + a.seeds)
+    ps = tuple(float(p) for p in a.ps.split(","))
+    if not set(ps) <= set(PS):
+        ap.error(f"--ps must be a subset of {PS}")
+    results, curves, screens = run(seeds, cfg, datasets, a.restarts, a.select_after,
+                                   a.scaling, on_cell=write, ps=ps)
     print(write(results, curves, screens, done=True))
 
 
