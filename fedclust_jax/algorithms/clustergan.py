@@ -1,0 +1,344 @@
+"""ClusterGAN + FedAvg ([T] Table 4.3's baseline): one ClusterGAN trained by FedAvg, every
+point clustered by its encoder.
+
+ClusterGAN (Mukherjee, Asnani, Lin, Kannan, AAAI 2019): latent z = (z_n, z_c) with
+z_n ~ N(0, sigma^2 I_{noise_dim}) (sigma = 0.1, noise_dim = 30 for MNIST) and z_c one-hot
+over K clusters drawn uniformly; a generator G, a WGAN critic D and an encoder
+E(x) = (E_n(x), E_c(x)) (``fedclust_jax.models.clustergan``). Losses over a batch of B
+real points x and B latents z (WGAN with gradient penalty, as the paper and its code):
+
+  critic:           mean D(G(z)) - mean D(x) + lambda mean_j (||grad D(x_hat_j)|| - 1)^2,
+                    x_hat = eps x + (1 - eps) G(z), eps ~ U[0, 1], lambda = 10;
+  generator+encoder: -mean D(G(z)) + beta_n mean_j ||z_n - E_n(G(z))||^2
+                    + beta_c mean_j CE(z_c, E_c(G(z))), beta_n = beta_c = 10.
+
+The authors' code writes D with the opposite sign (critic loss mean D(x) - mean D(G(z)));
+the two are the same up to D -> -D. The generator and the encoder are updated together on
+the second loss, the critic on the first, ``critic_steps`` = 5 critic updates before each
+generator update (as the code). Where the paper and the code differ, the paper is the
+default and the code an option: ``noise_loss="sum"`` is the paper's squared norm
+||z_n - E_n||^2, ``"mean"`` the code's mean over the noise_dim coordinates (beta_n / 30
+in effect); ``gp_mix="per_sample"`` draws one eps per point (WGAN-GP, Gulrajani et al.),
+``"per_batch"`` one eps per batch (the code). The gradient norm is
+sqrt(sum g^2 + 1e-12) (finite gradient at g = 0).
+
+Federated training (FedAvg, full participation): every communication round the server
+broadcasts (G, D, E); every client runs ``local_steps`` = M generator updates (each with
+its ``critic_steps`` critic updates) on its own points, then the server averages the
+client copies of all three networks weighted by point counts, count_i / sum_j count_j.
+Real batches are B indices drawn uniformly with replacement below ``count[i]`` (padding
+is never read; the code walks epochs without replacement); the latents are the client's
+own draws. Optimizer: ``"sgd"`` with
+lr 5e-3 ([T]: "SGD optimizer with learning rate 5e-3 for local batch updates") or
+``"adam"`` (the authors' code: Adam, beta1 0.5, beta2 0.9, lr 1e-4 there), its state
+fresh at every local update (not averaged). Clients are a vmapped leading axis
+(``map_clients``), the round one jitted function; client i's key is fold_in(round_key, i).
+
+Clustering: a point goes to argmax_k E_c(x)_k (ties to the lowest index), -1 on padding;
+the score is purity against the true point clusters. The authors' code instead runs
+k-means on the whole encoder output (E_n, softmax E_c) centrally; argmax needs no
+server-side access to the points' latents.
+
+Unspecified in [T] and chosen here: one "local batch update" is one generator update with
+its critic updates; M = 100 local updates per communication round and 800 communication
+rounds (UIFCA's T tau = 20 x 40 with M = 100: the same number of communication rounds and
+local updates as UIFCA gets in Table 4.3); B = 64 (the code's default batch).
+Point-level: evaluated by ``run_clustergan`` / the benchmarks, not by the supervised
+experiment runner, and not in ``ALGORITHMS``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from fedclust_jax.algorithms.base import check_chunk
+from fedclust_jax.core.clients import map_clients
+from fedclust_jax.data.federated import example_mask
+from fedclust_jax.metrics import purity
+from fedclust_jax.models.clustergan import ClusterGANNets
+
+OPTIMIZERS = ("sgd", "adam")
+NOISE_LOSSES = ("sum", "mean")
+GP_MIXES = ("per_sample", "per_batch")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterGANConfig:
+    """num_clusters: K (>= 2; the one-hot z_c); noise_dim: dim of z_n; noise_std: sigma;
+    beta_n, beta_c: weights of the z_n and z_c recovery losses; gp_weight: lambda;
+    critic_steps: critic updates per generator update; comm_rounds: FedAvg rounds;
+    local_steps: M generator updates per client per round; batch_size: B; lr; optimizer:
+    "sgd" | "adam"; noise_loss: "sum" | "mean"; gp_mix: "per_sample" | "per_batch" (module
+    docstring); chunk: clients per vectorized chunk (None = vmap all); eval_batch: points
+    per encoder call when assigning. Defaults: the paper's MNIST ClusterGAN, [T]'s SGD
+    lr 5e-3, and the round counts of the module docstring."""
+
+    num_clusters: int = 4
+    noise_dim: int = 30
+    noise_std: float = 0.1
+    beta_n: float = 10.0
+    beta_c: float = 10.0
+    gp_weight: float = 10.0
+    critic_steps: int = 5
+    comm_rounds: int = 800
+    local_steps: int = 100
+    batch_size: int = 64
+    lr: float = 5e-3
+    optimizer: str = "sgd"
+    noise_loss: str = "sum"
+    gp_mix: str = "per_sample"
+    chunk: int | None = None
+    eval_batch: int = 1024
+
+    def __post_init__(self):
+        k = self.num_clusters
+        if not isinstance(k, (int, np.integer)) or k < 2:
+            raise ValueError(f"ClusterGAN needs K >= 2 clusters (an integer), got {k!r}")
+        for name in ("noise_dim", "critic_steps", "comm_rounds", "local_steps", "batch_size",
+                     "eval_batch"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        for name in ("lr", "noise_std"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a positive number, got {v!r}")
+        for name in ("beta_n", "beta_c", "gp_weight"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a number >= 0, got {v!r}")
+        for name, allowed in (("optimizer", OPTIMIZERS), ("noise_loss", NOISE_LOSSES),
+                              ("gp_mix", GP_MIXES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        check_chunk(self.chunk)
+
+
+@struct.dataclass
+class ClusterGANState:
+    """params: {"generator", "critic", "encoder"} (the global networks); round: int32
+    communication rounds done."""
+
+    params: dict
+    round: jax.Array
+
+
+def sample_latent(key, n: int, cfg: ClusterGANConfig):
+    """(z [n, noise_dim + K] = (z_n, one-hot z_c), c int32[n]): z_n ~ N(0, sigma^2 I),
+    c uniform over the K clusters."""
+    k_n, k_c = jax.random.split(key)
+    c = jax.random.randint(k_c, (n,), 0, cfg.num_clusters)
+    z_n = cfg.noise_std * jax.random.normal(k_n, (n, cfg.noise_dim))
+    return jnp.concatenate([z_n, jax.nn.one_hot(c, cfg.num_clusters)], -1), c
+
+
+def critic_loss(nets: ClusterGANNets, cfg: ClusterGANConfig, critic_params, x_real, x_fake,
+                key):
+    """WGAN-GP critic loss (scalar) on x_real, x_fake [B, s, s, C]."""
+    d_real = nets.critic(critic_params, x_real)
+    d_fake = nets.critic(critic_params, x_fake)
+    shape = (x_real.shape[0],) + (1,) * (x_real.ndim - 1) if cfg.gp_mix == "per_sample" else ()
+    eps = jax.random.uniform(key, shape)
+    x_hat = eps * x_real + (1.0 - eps) * x_fake
+    # the critic treats points independently, so the gradient of the sum is per point
+    grad = jax.grad(lambda xh: jnp.sum(nets.critic(critic_params, xh)))(x_hat)
+    norm = jnp.sqrt(jnp.sum(jnp.square(grad), axis=tuple(range(1, grad.ndim))) + 1e-12)
+    return jnp.mean(d_fake) - jnp.mean(d_real) + cfg.gp_weight * jnp.mean(jnp.square(norm - 1.0))
+
+
+def generator_loss(nets: ClusterGANNets, cfg: ClusterGANConfig, gen_enc, critic_params, z, c):
+    """Generator + encoder loss (scalar); gen_enc = {"generator", "encoder"} params,
+    z [B, noise_dim + K], c int[B] (z's cluster)."""
+    x = nets.generate(gen_enc["generator"], z)
+    z_n_hat, logits = nets.encode(gen_enc["encoder"], x)
+    sq = jnp.square(z[:, :cfg.noise_dim] - z_n_hat)
+    noise = jnp.mean(jnp.sum(sq, -1)) if cfg.noise_loss == "sum" else jnp.mean(sq)
+    ce = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, c))
+    return -jnp.mean(nets.critic(critic_params, x)) + cfg.beta_n * noise + cfg.beta_c * ce
+
+
+def _optimizer(cfg: ClusterGANConfig):
+    return optax.sgd(cfg.lr) if cfg.optimizer == "sgd" else optax.adam(cfg.lr, b1=0.5, b2=0.9)
+
+
+def local_update(nets: ClusterGANNets, cfg: ClusterGANConfig, params, x, count, key):
+    """One client's M generator updates (each after ``critic_steps`` critic updates) from
+    ``params`` on its points x [n_max, ...] (the first ``count`` real).
+
+    Returns (params, losses [2]): the client's networks and its mean (critic, generator)
+    loss over the M updates."""
+    opt, batch, shape = _optimizer(cfg), cfg.batch_size, nets.shape
+    gen_enc = dict(generator=params["generator"], encoder=params["encoder"])
+    high = jnp.maximum(count, 1)
+
+    def critic_step(carry, k):
+        crit, state, gen = carry
+        k_idx, k_z, k_eps = jax.random.split(k, 3)
+        x_real = x[jax.random.randint(k_idx, (batch,), 0, high)].reshape((batch,) + shape)
+        x_fake = jax.lax.stop_gradient(nets.generate(gen, sample_latent(k_z, batch, cfg)[0]))
+        loss, grads = jax.value_and_grad(
+            lambda p: critic_loss(nets, cfg, p, x_real, x_fake, k_eps))(crit)
+        updates, state = opt.update(grads, state, crit)
+        return (optax.apply_updates(crit, updates), state, gen), loss
+
+    def generator_step(carry, k):
+        crit, crit_state, ge, ge_state = carry
+        k_crit, k_z = jax.random.split(k)
+        (crit, crit_state, _), d_losses = jax.lax.scan(
+            critic_step, (crit, crit_state, ge["generator"]),
+            jax.random.split(k_crit, cfg.critic_steps))
+        z, c = sample_latent(k_z, batch, cfg)
+        loss, grads = jax.value_and_grad(
+            lambda p: generator_loss(nets, cfg, p, crit, z, c))(ge)
+        updates, ge_state = opt.update(grads, ge_state, ge)
+        ge = optax.apply_updates(ge, updates)
+        return (crit, crit_state, ge, ge_state), jnp.stack([d_losses[-1], loss])
+
+    carry = (params["critic"], opt.init(params["critic"]), gen_enc, opt.init(gen_enc))
+    (crit, _, ge, _), losses = jax.lax.scan(generator_step, carry,
+                                            jax.random.split(key, cfg.local_steps))
+    new = dict(generator=ge["generator"], critic=crit, encoder=ge["encoder"])
+    return new, jnp.mean(losses, axis=0)
+
+
+def fedavg(local, count, old):
+    """Count-weighted average of the client copies local [N, ...] with weights
+    count_i / sum_j count_j (count [N]); ``old`` is kept if no client has points."""
+    w = count.astype(jnp.float32)
+    total = jnp.sum(w)
+    share = w / jnp.maximum(total, 1.0)
+
+    def average(loc, prev):
+        new = jnp.tensordot(share, loc, axes=1)
+        return jnp.where(total > 0, new, prev)
+
+    return jax.tree.map(average, local, old)
+
+
+def assign_points(nets: ClusterGANNets, encoder_params, x, count, *, eval_batch: int = 1024):
+    """int32[N, n_max]: argmax_k of the encoder's cluster logits for every point of
+    x [N, n_max, ...], -1 on padding; ``eval_batch`` points per encoder call."""
+    n, n_max = x.shape[:2]
+    flat = x.reshape((n * n_max,) + nets.shape)
+    logits = jax.lax.map(lambda xi: nets.encode(encoder_params, xi[None])[1][0], flat,
+                         batch_size=min(eval_batch, n * n_max))
+    a = jnp.argmax(logits, axis=-1).astype(jnp.int32).reshape(n, n_max)
+    return jnp.where(example_mask(count, n_max), a, -1)
+
+
+class ClusterGAN:
+    """ClusterGAN + FedAvg over ``ClusterGANNets``; pure methods init / round / assign."""
+
+    name = "clustergan"
+
+    def __init__(self, nets: ClusterGANNets, cfg: ClusterGANConfig = ClusterGANConfig()):
+        if nets.num_clusters != cfg.num_clusters or nets.noise_dim != cfg.noise_dim:
+            raise ValueError(f"networks {nets.name} have K = {nets.num_clusters}, noise_dim = "
+                             f"{nets.noise_dim}; the config has K = {cfg.num_clusters}, "
+                             f"noise_dim = {cfg.noise_dim}")
+        self.nets, self.cfg = nets, cfg
+        self._round = jax.jit(self.round)
+        self._assign = jax.jit(self.assign)
+
+    def check_data(self, data):
+        if int(np.prod(data.feature_shape)) != int(np.prod(self.nets.shape)):
+            raise ValueError(f"networks {self.nets.name} expect points of shape "
+                             f"{self.nets.shape}, data has {tuple(data.feature_shape)}")
+
+    def init(self, key, data) -> ClusterGANState:
+        """Random global networks."""
+        self.check_data(data)
+        return ClusterGANState(params=self.nets.init(key), round=jnp.zeros((), jnp.int32))
+
+    def round(self, state: ClusterGANState, key, data):
+        """One FedAvg communication round -> (state, metrics); metrics: count-weighted
+        mean over clients of their mean critic and generator losses."""
+        def per_client(xi, ci, i):
+            return local_update(self.nets, self.cfg, state.params, xi, ci,
+                                jax.random.fold_in(key, i))
+
+        ids = jnp.arange(data.x.shape[0])
+        local, losses = map_clients(per_client, data.x, data.count, ids, chunk=self.cfg.chunk)
+        params = fedavg(local, data.count, state.params)
+        mean_losses = fedavg(losses, data.count, jnp.zeros(2))
+        new = ClusterGANState(params=params, round=state.round + 1)
+        return new, dict(critic_loss=mean_losses[0], generator_loss=mean_losses[1])
+
+    def assign(self, state: ClusterGANState, data) -> jax.Array:
+        """int32[N, n_max] cluster of every point (encoder argmax), -1 on padding."""
+        return assign_points(self.nets, state.params["encoder"], data.x, data.count,
+                             eval_batch=self.cfg.eval_batch)
+
+    def evaluate(self, state: ClusterGANState, data) -> dict:
+        """assign [N, n_max] and, where the data carry point_cluster, purity (host float)."""
+        out = dict(assign=self._assign(state, data))
+        if data.point_cluster is not None:
+            out["purity"] = purity(out["assign"], _true_points(data))
+        return out
+
+
+@functools.lru_cache(maxsize=8)
+def _algorithm(nets: ClusterGANNets, cfg: ClusterGANConfig) -> ClusterGAN:
+    """One ``ClusterGAN`` (and its compiled round) per (networks object, config)."""
+    return ClusterGAN(nets, cfg)
+
+
+def _true_points(data) -> np.ndarray:
+    mask = np.asarray(example_mask(data.count, data.x.shape[1]))
+    return np.where(mask, np.asarray(data.point_cluster), -1)
+
+
+def run_clustergan(nets: ClusterGANNets, data, key, cfg: ClusterGANConfig = ClusterGANConfig(),
+                   *, rounds: int | None = None, eval_every: int | None = None,
+                   verbose: bool = False):
+    """Runs ``rounds`` (default cfg.comm_rounds) FedAvg rounds from random networks.
+
+    eval_every: purity is measured after round 0 (the initial encoder), every
+    ``eval_every`` rounds (None: only at the end) and after the last round.
+    Runs with the same ``nets`` object and config share one compiled round.
+    Returns (state, assign, history): assign int32[N, n_max] (numpy; -1 on padding);
+    history: round and purity (at the evaluations; purity only where the data carry
+    point_cluster), critic_loss and generator_loss (every round), seconds (wall time).
+    """
+    total = cfg.comm_rounds if rounds is None else rounds
+    if not isinstance(total, (int, np.integer)) or total < 0:
+        raise ValueError(f"rounds must be an integer >= 0, got {total!r}")
+    if eval_every is not None and (not isinstance(eval_every, (int, np.integer))
+                                   or eval_every < 1):
+        raise ValueError(f"eval_every must be None or a positive integer, got {eval_every!r}")
+    alg = _algorithm(nets, cfg)
+    k_init, k_run = jax.random.split(key)
+    state = alg.init(k_init, data)
+    hist = dict(round=[], purity=[], critic_loss=[], generator_loss=[])
+    t0 = time.time()
+
+    def record(state):
+        hist["round"].append(int(state.round))
+        out = alg.evaluate(state, data)
+        if "purity" in out:
+            hist["purity"].append(out["purity"])
+        if verbose:
+            losses = (f" critic {hist['critic_loss'][-1]:.3f} generator "
+                      f"{hist['generator_loss'][-1]:.3f}" if hist["critic_loss"] else "")
+            print(f"round {int(state.round)}: purity {out.get('purity', '-')}{losses} "
+                  f"({time.time() - t0:.0f}s)", flush=True)
+        return out["assign"]
+
+    assign = record(state)
+    for t in range(total):
+        state, metrics = alg._round(state, jax.random.fold_in(k_run, t), data)
+        hist["critic_loss"].append(float(metrics["critic_loss"]))
+        hist["generator_loss"].append(float(metrics["generator_loss"]))
+        if t + 1 == total or (eval_every is not None and (t + 1) % eval_every == 0):
+            assign = record(state)
+    hist["seconds"] = time.time() - t0
+    return state, np.asarray(assign), hist
