@@ -29,8 +29,9 @@ setups"; no tuning here). ``--time-round`` only measures one compiled round per 
 FC costs O(N x N / 16) minibatch gradients a round. On a CPU it is fastest one client at a
 time (``--fc-chunk 1``, the default): each client's [S, P] gradients then stay in cache for
 the l TC iterations, where a vmapped chunk of 20 clients spends most of its time re-reading
-them (MLP, both cores shared with other jobs: 20 s a round at chunk 1, 37 s at chunk 5,
-58 s at chunk 20 on one core). benchmarks/results/threshold_table1.md was produced with a
+them. MLP, one round: 6.7 s at chunk 1 on the quiet 2-core CPU (IFCA 0.85 s); with both
+cores shared by other jobs 20 s at chunk 1, 37 s at chunk 5 and 58 s at chunk 20 on one
+core. The full setting is about 3.4 hours of FC on that CPU. benchmarks/results/threshold_table1.md was produced with a
 documented reduced setting (``--hidden 0 --rounds 200 --seeds 1``: softmax regression);
 see its notes.
 """
