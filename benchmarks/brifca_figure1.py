@@ -90,6 +90,23 @@ def min_separation(centers):
     return float(d[np.triu_indices(len(centers), 1)].min())
 
 
+def summarize_per_trial(path, threshold=0.3):
+    """Prints, per record of a ``--per-trial`` file: mean and median dist, the trials above
+    ``threshold`` (a mis-clustered model) and the mean without them, and how dist relates
+    to the smallest distance between true centres."""
+    for line in open(path):
+        r = json.loads(line)
+        h, sep = np.array(r["hungarian"]), np.array(r["min_separation"])
+        bad = h > threshold
+        low = sep < np.median(sep)
+        print(f"k={r['k']} m={r['m']} d={r['d']} {r['method']}: dist mean {h.mean():.3f}, "
+              f"median {np.median(h):.3f}; {bad.sum()} of {h.size} trials above {threshold} "
+              f"(mean of the rest {h[~bad].mean():.3f}); smallest centre distance "
+              f"{sep.min():.2f}-{sep.max():.2f}, correlation with dist "
+              f"{np.corrcoef(sep, h)[0, 1]:+.2f}; dist where it is below / above its median "
+              f"{h[low].mean():.3f} / {h[~low].mean():.3f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=50)
@@ -106,7 +123,12 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--per-trial", default=None,
                     help="JSON-lines file: every trial's errors and smallest true-centre distance")
+    ap.add_argument("--summarize", default=None, metavar="FILE",
+                    help="only print the per-trial summary of a --per-trial file")
     args = ap.parse_args()
+    if args.summarize:
+        summarize_per_trial(args.summarize)
+        return
     lines = []
     prefix = open(args.out).read() if (args.append and args.out) else HEADER
     for panel in args.panels:
