@@ -61,6 +61,7 @@ import optax
 from flax import struct
 
 from fedclust_jax.algorithms.base import check_chunk
+from fedclust_jax.core.aggregate import global_mean
 from fedclust_jax.core.clients import map_clients
 from fedclust_jax.data.federated import example_mask
 from fedclust_jax.metrics import purity
@@ -211,17 +212,10 @@ def local_update(nets: ClusterGANNets, cfg: ClusterGANConfig, params, x, count, 
 
 
 def fedavg(local, count, old):
-    """Count-weighted average of the client copies local [N, ...] with weights
-    count_i / sum_j count_j (count [N]); ``old`` is kept if no client has points."""
-    w = count.astype(jnp.float32)
-    total = jnp.sum(w)
-    share = w / jnp.maximum(total, 1.0)
-
-    def average(loc, prev):
-        new = jnp.tensordot(share, loc, axes=1)
-        return jnp.where(total > 0, new, prev)
-
-    return jax.tree.map(average, local, old)
+    """Count-weighted average (``core.aggregate.global_mean``) of the client copies local
+    [N, ...] with weights count [N]; ``old`` is kept if no client has points."""
+    new = global_mean(local, weights=count)
+    return jax.tree.map(lambda n, prev: jnp.where(jnp.sum(count) > 0, n, prev), new, old)
 
 
 def assign_points(nets: ClusterGANNets, encoder_params, x, count, *, eval_batch: int = 1024):
