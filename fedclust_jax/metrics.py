@@ -63,6 +63,21 @@ def adjusted_rand_index(found, true) -> float:
     return float((index - expected) / (top - expected))
 
 
+def matched_distances(estimates, truth) -> np.ndarray:
+    """||theta_hat_pi(j) - theta*_j|| for each truth j [k], under the one-to-one (Hungarian)
+    matching pi of estimates [K, d] (K >= k) to truth [k, d] minimising their sum; NaN
+    everywhere when an estimate is not finite."""
+    est = np.asarray(estimates, np.float64).reshape(len(estimates), -1)
+    tru = np.asarray(truth, np.float64).reshape(len(truth), -1)
+    if len(est) < len(tru):
+        raise ValueError(f"{len(est)} estimates cannot be matched one-to-one to {len(tru)} truths")
+    dist = np.linalg.norm(est[:, None, :] - tru[None, :, :], axis=-1)
+    if not np.isfinite(dist).all():
+        return np.full(len(tru), np.nan)
+    rows, cols = linear_sum_assignment(dist)
+    return dist[rows, cols][np.argsort(cols)]
+
+
 def parameter_error(estimates, truth, matching: str = "hungarian") -> float:
     """(1/k) sum_j ||theta_hat_pi(j) - theta*_j|| for estimates [K, d], truth [k, d].
 
@@ -72,17 +87,12 @@ def parameter_error(estimates, truth, matching: str = "hungarian") -> float:
     """
     if matching not in PARAM_MATCHINGS:
         raise ValueError(f"matching must be one of {PARAM_MATCHINGS}, got {matching!r}")
+    if matching == "hungarian":
+        return float(matched_distances(estimates, truth).mean())
     est = np.asarray(estimates, np.float64).reshape(len(estimates), -1)
     tru = np.asarray(truth, np.float64).reshape(len(truth), -1)
     dist = np.linalg.norm(est[:, None, :] - tru[None, :, :], axis=-1)
-    if not np.isfinite(dist).all():
-        return float("nan")
-    if matching == "nearest":
-        return float(dist.min(axis=1).mean())
-    if len(est) < len(tru):
-        raise ValueError(f"{len(est)} estimates cannot be matched one-to-one to {len(tru)} truths")
-    rows, cols = linear_sum_assignment(dist)
-    return float(dist[rows, cols].sum() / len(tru))
+    return float(dist.min(axis=1).mean()) if np.isfinite(dist).all() else float("nan")
 
 
 def client_mean(values, count=None) -> float:

@@ -5,7 +5,8 @@ import itertools
 import numpy as np
 import pytest
 
-from fedclust_jax.metrics import adjusted_rand_index, misclustering, parameter_error
+from fedclust_jax.metrics import (adjusted_rand_index, matched_distances, misclustering,
+                                  parameter_error)
 
 
 def brute_force_ari(a, b):
@@ -50,6 +51,7 @@ def test_parameter_error_matchings():
     truth = np.array([[0.0, 0.0], [10.0, 0.0]])
     est = np.array([[10.0, 1.0], [0.0, 2.0]])
     assert parameter_error(est, truth) == pytest.approx(1.5)
+    np.testing.assert_allclose(matched_distances(est, truth), [2.0, 1.0])  # in truth order
     both_near_first = np.array([[0.0, 1.0], [0.0, 3.0]])
     assert parameter_error(both_near_first, truth, "nearest") == pytest.approx(2.0)
     assert parameter_error(both_near_first, truth, "hungarian") > 5
