@@ -63,17 +63,23 @@ def adjusted_rand_index(found, true) -> float:
     return float((index - expected) / (top - expected))
 
 
+def _estimate_truth_distances(estimates, truth) -> np.ndarray:
+    """[K, k] Euclidean distances between flattened estimates [K, ...] and truth [k, ...]."""
+    est = np.asarray(estimates, np.float64).reshape(len(estimates), -1)
+    tru = np.asarray(truth, np.float64).reshape(len(truth), -1)
+    return np.linalg.norm(est[:, None, :] - tru[None, :, :], axis=-1)
+
+
 def matched_distances(estimates, truth) -> np.ndarray:
     """||theta_hat_pi(j) - theta*_j|| for each truth j [k], under the one-to-one (Hungarian)
     matching pi of estimates [K, d] (K >= k) to truth [k, d] minimising their sum; NaN
     everywhere when an estimate is not finite."""
-    est = np.asarray(estimates, np.float64).reshape(len(estimates), -1)
-    tru = np.asarray(truth, np.float64).reshape(len(truth), -1)
-    if len(est) < len(tru):
-        raise ValueError(f"{len(est)} estimates cannot be matched one-to-one to {len(tru)} truths")
-    dist = np.linalg.norm(est[:, None, :] - tru[None, :, :], axis=-1)
+    if len(estimates) < len(truth):
+        raise ValueError(f"{len(estimates)} estimates cannot be matched one-to-one to "
+                         f"{len(truth)} truths")
+    dist = _estimate_truth_distances(estimates, truth)
     if not np.isfinite(dist).all():
-        return np.full(len(tru), np.nan)
+        return np.full(len(truth), np.nan)
     rows, cols = linear_sum_assignment(dist)
     return dist[rows, cols][np.argsort(cols)]
 
@@ -89,9 +95,7 @@ def parameter_error(estimates, truth, matching: str = "hungarian") -> float:
         raise ValueError(f"matching must be one of {PARAM_MATCHINGS}, got {matching!r}")
     if matching == "hungarian":
         return float(matched_distances(estimates, truth).mean())
-    est = np.asarray(estimates, np.float64).reshape(len(estimates), -1)
-    tru = np.asarray(truth, np.float64).reshape(len(truth), -1)
-    dist = np.linalg.norm(est[:, None, :] - tru[None, :, :], axis=-1)
+    dist = _estimate_truth_distances(estimates, truth)
     return float(dist.min(axis=1).mean()) if np.isfinite(dist).all() else float("nan")
 
 
