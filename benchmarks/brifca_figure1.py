@@ -45,22 +45,23 @@ PANELS = {
     "b": [(10, 400, d) for d in (20, 50, 100, 200, 500)],
     "c": [(k, 40 * k, 500) for k in (2, 5, 10, 15)],
 }
+BYZ_FRAC = TRIM_FRAC = 0.05            # the paper's fixed Byzantine and trimming fractions
 THREE_STAGE_R = "Three-Stage, best of 10 uniform seedings"
 METHODS = ("IFCA-FedAvg", "BR-IFCA median", "BR-IFCA trimmed mean", "Three-Stage", THREE_STAGE_R)
 
 
 def build(method, k, d, lr):
-    common = dict(num_clusters=k, byz_frac=0.05, attack="outlier",
+    common = dict(num_clusters=k, byz_frac=BYZ_FRAC, attack="outlier",
                   local=LocalTraining(steps=1, lr=lr))
     if method.startswith("Three-Stage"):
         seeding = dict(kmeans_seeding="random", kmeans_restarts=10) if method == THREE_STAGE_R else {}
         return ThreeStage(linear_regression(d, init="zeros"), ThreeStageConfig(
             erm_steps=100, erm_lr=0.5 / (1 + np.sqrt(d / 100)) ** 2, kmeans_iters=100,
-            trim_frac=0.05, **seeding, **common))
+            trim_frac=TRIM_FRAC, **seeding, **common))
     agg = {"IFCA-FedAvg": "mean", "BR-IFCA median": "median",
            "BR-IFCA trimmed mean": "trimmed_mean"}[method]
     return BRIFCA(linear_regression(d), BRIFCAConfig(
-        aggregator=agg, trim_frac=0.05, init="unit_bernoulli",
+        aggregator=agg, trim_frac=TRIM_FRAC, init="unit_bernoulli",
         step="ifca" if method == "IFCA-FedAvg" else "paper", **common))
 
 
@@ -83,7 +84,7 @@ def run_setting(method, k, m, d, trials, rounds, lr, trial_batch=0, init="random
     def trial(t):
         key = jax.random.fold_in(jax.random.key(0), t)
         data = brifca_regression(jax.random.fold_in(key, 0), num_clients=m, num_clusters=k,
-                                 byz_frac=0.05, dim=d, samples_per_client=100,
+                                 byz_frac=BYZ_FRAC, dim=d, samples_per_client=100,
                                  test_samples_per_client=1, noise_var=0.2)
         params = ({"theta": near_truth(jax.random.fold_in(key, 2), data.true_params)}
                   if init == "near-truth" else None)
@@ -98,7 +99,7 @@ def run_setting(method, k, m, d, trials, rounds, lr, trial_batch=0, init="random
     else:                                      # one vmap over all trials
         out = jax.jit(jax.vmap(trial))(ts)
     est, truth, assign = map(np.asarray, out)
-    byz = np.asarray(byzantine_mask(m, 0.05))
+    byz = np.asarray(byzantine_mask(m, BYZ_FRAC))
     members = assign[:, :, None] == np.arange(k)                   # [trials, m, K]
     sizes = dict(honest_sizes=members[:, ~byz].sum(1).tolist(),
                  byzantine_sizes=members[:, byz].sum(1).tolist())

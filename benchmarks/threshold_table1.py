@@ -135,7 +135,9 @@ def main(argv=None):
     p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_MNIST", "../shared/data/mnist"))
     p.add_argument("--tasks", nargs="+", default=["rotation", "label"], choices=["rotation", "label"])
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--seeds", type=int, default=3, help="number of seeds")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="seeds run are first-seed, ..., first-seed + seeds - 1")
     p.add_argument("--rounds", type=int, default=300)
     p.add_argument("--fc-rounds", type=int, default=None, help="FC rounds (default --rounds)")
     p.add_argument("--hidden", type=int, default=200,
@@ -152,7 +154,7 @@ def main(argv=None):
     p.add_argument("--note", action="append", default=[], help="a line for the notes")
     args = p.parse_args(argv)
 
-    seeds = list(range(args.seeds))
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds))
     results, times, miscls = {}, {}, {}
     t_all = time.perf_counter()
@@ -221,6 +223,15 @@ def table(results, times, wall, args, seeds, miscls):
         lines += ["", "IFCA misclustering (fraction of clients outside their true cluster, "
                   "Hungarian matching, final models): " + "; ".join(
                       f"{TASK_NAME[t]} {fmt(v, digits=3)}" for t, v in miscls.items()) + "."]
+    if len(seeds) > 1:
+        lines += ["", "## Per seed", "", "Test accuracy (%) of each seed, in the order "
+                  f"{seeds}; IFCA misclustering beside it.", ""]
+        for task, res in results.items():
+            for m, (acc, _, _) in res.items():
+                per = ", ".join(f"{a:.1f}" for a in acc)
+                if m == "IFCA" and task in miscls:
+                    per += " (misclustering " + ", ".join(f"{v:.3f}" for v in miscls[task]) + ")"
+                lines.append(f"- {TASK_NAME[task]}, {m}: {per}")
     lines += ["", "## Run time (all seeds, includes compilation)", "", "| run | seconds |",
               "|---|---|"]
     lines += [f"| {k} | {v:.0f} |" for k, v in times.items()]
