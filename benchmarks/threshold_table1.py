@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import sys
 import time
 
@@ -206,8 +207,8 @@ def table(results, times, wall, args, seeds, miscls):
         f"gradient), one step per round; {args.rounds} rounds (FC: {fc_rounds}); FC: "
         f"{args.fc_groups} random subgroups per round, l = {args.tc_iters} TC iterations, "
         "radius = 20th percentile. Command: `python benchmarks/threshold_table1.py "
-        + " ".join(a for a in sys.argv[1:] if not a.startswith("--note")
-                   and a not in args.note) + "`.", "",
+        + shlex.join(a for a in sys.argv[1:] if not a.startswith("--note")
+                     and a not in args.note) + "`.", "",
         "| method | Rot acc (ours) | Rot acc (paper) | Rot loss (ours) | Rot loss (paper) "
         "| Priv acc (ours) | Priv acc (paper) | Priv loss (ours) | Priv loss (paper) |",
         "|---|---|---|---|---|---|---|---|---|"]
