@@ -154,6 +154,8 @@ def main(argv=None):
     p.add_argument("--out", default=None)
     p.add_argument("--note", action="append", default=[], help="a line for the notes")
     args = p.parse_args(argv)
+    if args.seeds < 1 or args.first_seed < 0:
+        p.error(f"--seeds must be >= 1 and --first-seed >= 0 (got {args.seeds}, {args.first_seed})")
 
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds))
