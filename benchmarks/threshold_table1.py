@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import shlex
 import sys
 import time
@@ -131,6 +132,39 @@ def fmt(v, scale=1.0, digits=1):
     return f"{v.mean():.{digits}f} ± {v.std():.{digits}f}"
 
 
+def combine(paths):
+    """Print accuracy mean +- std over every seed found in result files written by this
+    script: one-seed files give their table values, several-seed files their per-seed
+    lines. A (task, method, seed) found twice must agree."""
+    per = {}                                             # (task, method) -> {seed: acc}
+
+    def put(task, method, seed, acc):
+        old = per.setdefault((task, method), {}).setdefault(seed, acc)
+        if old != acc:
+            sys.exit(f"{task} {method} seed {seed}: {old} and {acc} in different files")
+
+    for path in paths:
+        text = open(path).read()
+        seeds = [int(v) for v in re.search(r"over seeds \[([\d, ]+)\]", text)[1].split(",")]
+        if len(seeds) == 1:
+            for row in re.findall(r"^\| (.+?) \| (.+?) \| .+? \| .+? \| .+? \| (.+?) \|", text, re.M):
+                method = "FC" if row[0].startswith("FC") else row[0]
+                for task, acc in (("rotation", row[1]), ("label", row[2])):
+                    if method in METHODS and acc != "not run":
+                        put(task, method, seeds[0], float(acc))
+        for task, method, accs in re.findall(
+                r"^- (Rotation|Private label), (.+?): ([\d., ]+?)(?: \(misclustering.*)?$", text, re.M):
+            task = next(t for t, n in TASK_NAME.items() if n == task)
+            for seed, acc in zip(seeds, accs.split(",")):
+                put(task, method, seed, float(acc))
+    for task in TASK_NAME:
+        for method in METHODS:
+            got = per.get((task, method))
+            if got:
+                print(f"{TASK_NAME[task]}, {method}: {fmt(list(got.values()))} "
+                      f"over seeds {sorted(got)}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_MNIST", "../shared/data/mnist"))
@@ -153,7 +187,11 @@ def main(argv=None):
     p.add_argument("--time-round", action="store_true", help="only time one round per method")
     p.add_argument("--out", default=None)
     p.add_argument("--note", action="append", default=[], help="a line for the notes")
+    p.add_argument("--combine", nargs="+", metavar="FILE",
+                   help="only print mean +- std over the seeds of result files of this script")
     args = p.parse_args(argv)
+    if args.combine:
+        return combine(args.combine)
     if args.seeds < 1 or args.first_seed < 0:
         p.error(f"--seeds must be >= 1 and --first-seed >= 0 (got {args.seeds}, {args.first_seed})")
 
