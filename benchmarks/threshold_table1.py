@@ -152,8 +152,12 @@ def combine(paths):
                 for task, acc in (("rotation", row[1]), ("label", row[2])):
                     if method in METHODS and acc != "not run":
                         put(task, method, seeds[0], float(acc))
-        for task, method, accs in re.findall(
-                r"^- (Rotation|Private label), (.+?): ([\d., ]+?)(?: \(misclustering.*)?$", text, re.M):
+        lines = re.findall(
+            r"^- (Rotation|Private label), (.+?): ([\d., ]+?)(?: \(misclustering.*)?$", text, re.M)
+        if len(seeds) > 1 and not lines:
+            sys.exit(f"{path}: {len(seeds)} seeds but no per-seed section (written before the "
+                     "script printed one); rerun it or leave it out")
+        for task, method, accs in lines:
             task = next(t for t, n in TASK_NAME.items() if n == task)
             for seed, acc in zip(seeds, accs.split(",")):
                 put(task, method, seed, float(acc))
