@@ -81,7 +81,8 @@ def build(method, args, task):
     if method == "FC":
         return FederatedClustering(model, FCConfig(
             local=local, tc_iters=args.tc_iters, radius_quantile=0.2,
-            num_groups=args.fc_groups, same_init=True, chunk=args.fc_chunk or None))
+            num_groups=args.fc_groups, same_init=True, chunk=args.fc_chunk or None,
+            tc_method=args.tc_method))
     if method == "IFCA":
         return IFCA(model, IFCAConfig(num_clusters=4, option="model", local=local, chunk=ch))
     if method == "GT (oracle)":
@@ -185,6 +186,8 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=50)
     p.add_argument("--tc-iters", type=int, default=10)
     p.add_argument("--fc-groups", type=int, default=16)
+    p.add_argument("--tc-method", default="gram", choices=["gram", "points"],
+                   help="FC's TC in Gram space (default) or over the gradients")
     p.add_argument("--chunk", type=int, default=None, help="clients per chunk (baselines)")
     p.add_argument("--fc-chunk", type=int, default=1,
                    help="clients per chunk in FC (0: all at once, for an accelerator)")

@@ -61,6 +61,52 @@ def test_tc_permutation_invariant_and_mask_is_subgroup():
     np.testing.assert_allclose(c, threshold_clustering(z[:7], v0, iters=5, quantile=0.3), atol=1e-6)
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_tc_gram_equals_points(k):
+    """The Gram-space iterations give the point-space result: fixed and quantile radius,
+    masks, centers inside and outside the points' span, points sharing a large offset."""
+    rng = np.random.default_rng(k)
+    for case in range(12):
+        n, p = rng.integers(3, 25), rng.integers(2, 40)
+        offset = rng.normal(size=p) * (0.0, 1.0, 100.0)[case % 3]
+        z = (rng.normal(size=(n, p)) * rng.uniform(0.2, 3) + offset).astype(np.float32)
+        v0 = (z[rng.integers(0, n, k)] + rng.normal(size=(k, p)) * (case % 2)).astype(np.float32)
+        mask = rng.uniform(size=n) < 0.8
+        mask[0] = True
+        kw = (dict(quantile=float(rng.uniform(0.1, 1))) if case % 4 < 2
+              else dict(radius=float(rng.uniform(0.5, 3) * np.sqrt(p))))
+        a = threshold_clustering(z, v0, iters=6, mask=mask, **kw)
+        b = threshold_clustering(z, v0, iters=6, mask=mask, method="gram", **kw)
+        np.testing.assert_allclose(b, a, atol=1e-5 * np.abs(z).max())
+        moved = np.abs(np.asarray(a) - v0).max()
+        assert moved > 0 or case % 4 >= 2                    # the quantile cases move
+
+
+def test_fc_gram_equals_points_in_a_round():
+    """FC with random subgroups, minibatches and Byzantine clients: both TC methods give the
+    same models after three rounds."""
+    rng = np.random.default_rng(5)
+    n = 12
+    x = rng.normal(size=(n, 20, 4)).astype(np.float32)
+    w = np.where(np.arange(n)[:, None] < 6, 1.0, -1.0) * np.ones((n, 4))
+    y = np.einsum("nsd,nd->ns", x, w).astype(np.float32)
+    cnt = jnp.full(n, 20, jnp.int32)
+    data = FederatedData(x=jnp.asarray(x), y=jnp.asarray(y), count=cnt, x_test=jnp.asarray(x),
+                         y_test=jnp.asarray(y), count_test=cnt,
+                         cluster=jnp.asarray(np.arange(n) >= 6, jnp.int32), task="regression")
+    out = []
+    for method in ("points", "gram"):
+        alg = FederatedClustering(linear_regression(4), FCConfig(
+            local=LocalTraining(steps=1, lr=0.1, batch_size=5), num_groups=2, byz_frac=0.2,
+            attack="gaussian", radius_quantile=0.5, tc_iters=4, tc_method=method))
+        state = alg.init(jax.random.key(0), data)
+        for t in range(3):
+            state = alg.round(state, jax.random.key(t), data)[0]
+        out.append(np.asarray(state.params["theta"]))
+    assert np.abs(out[0] - out[0][:1]).max() > 0.01         # clients moved apart
+    np.testing.assert_allclose(out[1], out[0], atol=1e-5)
+
+
 # ---------------------------------------------------------------- Figure 1a: Myopic
 
 ETA = 0.1
@@ -187,6 +233,8 @@ def test_config_validation():
         FCConfig(radius=1.0, radius_quantile=0.2)
     with pytest.raises(ValueError, match="alpha"):
         MCConfig(alpha=0.0)
+    with pytest.raises(ValueError, match="tc_method"):
+        FCConfig(tc_method="exact")
     with pytest.raises(ValueError, match="clients"):
         MomentumClustering(linear_regression(1), MCConfig(num_clusters=3)).check_data(_two_quadratics())
 

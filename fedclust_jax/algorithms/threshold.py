@@ -36,7 +36,7 @@ from fedclust_jax.core.kmeans import kmeans, sq_distances
 from fedclust_jax.core.losses import own_loss
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked
-from fedclust_jax.core.robust import threshold_clustering
+from fedclust_jax.core.robust import TC_METHODS, threshold_clustering
 from fedclust_jax.core.train import LocalTraining, client_gradient
 
 
@@ -53,6 +53,8 @@ def _check_common(cfg):
     _check_radius(cfg.radius, cfg.radius_quantile)
     if not isinstance(cfg.tc_iters, int) or cfg.tc_iters < 1:
         raise ValueError(f"tc_iters (l) must be an integer >= 1, got {cfg.tc_iters!r}")
+    if cfg.tc_method not in TC_METHODS:
+        raise ValueError(f"tc_method must be one of {TC_METHODS}, got {cfg.tc_method!r}")
     if not 0 <= cfg.byz_frac < 1:
         raise ValueError(f"byz_frac must be in [0, 1), got {cfg.byz_frac}")
     attack_from_config(cfg)
@@ -70,11 +72,12 @@ def _unflatten_like(flat, like):
     return jax.tree.unflatten(tree, out)
 
 
-def fc_direction(grads, own, *, iters, radius=None, quantile=None, mask=None):
+def fc_direction(grads, own, *, iters, radius=None, quantile=None, mask=None, method="gram"):
     """FC's server step for one client: TC with K = 1 over grads [S, P] started at ``own``
-    [P] (the client's own gradient); ``mask`` bool[S] marks real group members."""
+    [P] (the client's own gradient); ``mask`` bool[S] marks real group members; ``method``:
+    see ``threshold_clustering``."""
     return threshold_clustering(grads, own[None], iters=iters, radius=radius,
-                                quantile=quantile, mask=mask)[0]
+                                quantile=quantile, mask=mask, method=method)[0]
 
 
 def random_groups(key, num_clients: int, num_groups: int):
@@ -129,12 +132,15 @@ class FCConfig(ByzantineSetting):
     tc_iters: l; radius / radius_quantile: TC radius (exactly one); num_groups: random
     subgroups per round (1 = all clients); same_init: every client starts from one model;
     byz_frac and attack fields: see ``fedclust_jax.attacks`` (placement is unused);
-    chunk: clients per vectorized chunk (memory: chunk x S gradients)."""
+    chunk: clients per vectorized chunk (memory: chunk x S gradients); tc_method: TC's
+    "gram" (default: MNIST MLP, 10 iterations, S = 19, 2-core CPU, 3.3 s a round against
+    5.4 s with "points") or "points" (``threshold_clustering``), same result."""
 
     local: LocalTraining = LocalTraining(steps=1, lr=0.1)
     tc_iters: int = 10
     radius: float | None = None
     radius_quantile: float | None = 0.2
+    tc_method: str = "gram"
     num_groups: int = 1
     same_init: bool = True
     chunk: int | None = None
@@ -191,7 +197,7 @@ class FederatedClustering:
             flat = flatten_stacked(g)
             own = jnp.argmax(mem == i)
             v = fc_direction(flat, flat[own], iters=cfg.tc_iters, radius=cfg.radius,
-                             quantile=cfg.radius_quantile, mask=msk)
+                             quantile=cfg.radius_quantile, mask=msk, method=cfg.tc_method)
             return v
 
         v = map_clients(per_client, state.params, ids, members, mask, chunk=cfg.chunk)
@@ -221,7 +227,8 @@ def _own_gradients(model, local, attack, params, data, byz, keys, nb, k, key, ch
 class MCConfig(ByzantineSetting):
     """num_clusters: K; alpha: weight of the new gradient in the momentum; local: lr = eta;
     tc_iters: l; radius / radius_quantile: TC radius; same_init; byz_frac and attack fields
-    (placement unused); chunk."""
+    (placement unused); chunk; tc_method: TC's "points" (default; its TC runs over all N
+    clients, where the Gram matrix costs N^2 P) or "gram" (``threshold_clustering``)."""
 
     num_clusters: int = 2
     alpha: float = 0.1
@@ -229,6 +236,7 @@ class MCConfig(ByzantineSetting):
     tc_iters: int = 10
     radius: float | None = None
     radius_quantile: float | None = 0.2
+    tc_method: str = "points"
     same_init: bool = True
     chunk: int | None = None
 
@@ -284,7 +292,7 @@ class MomentumClustering(_KClustersPersonal):
         seed = kmeans(jax.random.fold_in(key, 5), m, cfg.num_clusters, iters=10)[0]
         init = jnp.where(state.round == 0, seed, state.centers)
         centers = threshold_clustering(m, init, iters=cfg.tc_iters, radius=cfg.radius,
-                                       quantile=cfg.radius_quantile)
+                                       quantile=cfg.radius_quantile, method=cfg.tc_method)
         assign = jnp.argmin(sq_distances(m, centers), axis=1).astype(jnp.int32)
         step = _unflatten_like(centers[assign], state.params)
         lr = cfg.local.lr_at(state.round)

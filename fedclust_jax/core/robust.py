@@ -362,8 +362,11 @@ def cluster_centered_clipping(values, assign, previous, *, tau: float, iters: in
 
 # ---------------------------------------------------------- threshold clustering (TC)
 
+TC_METHODS = ("points", "gram")
+
+
 def threshold_clustering(points, centers, *, iters: int, radius=None, quantile=None,
-                         mask=None):
+                         mask=None, method: str = "points"):
     """Threshold-Clustering (Alg. 3 of the threshold-clustering paper).
 
     points z [N, P]; centers v [K, P] (initialisation); for l = 1..iters and every k:
@@ -372,26 +375,63 @@ def threshold_clustering(points, centers, *, iters: int, radius=None, quantile=N
           =  v_k + (1/N) sum_{i inside} (z_i - v_k).
     Divides by N, not by the inside count (the paper's rule). ``mask`` bool[N] restricts
     the points (N is then the mask's count, e.g. a random subgroup). Returns v [K, P].
+
+    ``method`` (same result up to float32 rounding):
+      "points": every iteration reads z twice (distances, update): iters x 2 passes over
+        [N, P], memory-bound on a CPU.
+      "gram": v_k = a_k v0_k + sum_i c_ki z_i stays in the span of its start and the points,
+        so the iterations run on (a [K], c [K, N]) with distances from the Gram matrix of the
+        mean-centred points: one [N, P] x [P, N] product, O(iters N^2 K) iterations, one
+        [K, N] x [N, P] product at the end. Much faster when N is small against P (FC's
+        subgroups: tests/test_threshold.py checks the two agree; benchmarks/threshold_table1.py
+        times FC with both).
     """
     if (radius is None) == (quantile is None):
         raise ValueError("threshold_clustering needs exactly one of radius or quantile")
     if quantile is not None and not 0 <= quantile <= 1:
         raise ValueError(f"radius quantile must be in [0, 1], got {quantile}")
-    z = points.astype(jnp.float32)
-    mask = jnp.ones(z.shape[0], bool) if mask is None else mask
+    if method not in TC_METHODS:
+        raise ValueError(f"TC method must be one of {TC_METHODS}, got {method!r}")
+    mask = jnp.ones(points.shape[0], bool) if mask is None else mask
+    z = jnp.where(mask[:, None], points.astype(jnp.float32), 0.0)
+    v0 = centers.astype(jnp.float32)
     n = jnp.maximum(mask.sum(), 1).astype(jnp.float32)
 
-    def step(v, _):
-        d = jnp.sqrt(_sq_dist_to(z, v))                                   # [N, K]
+    def inside(d):                                                        # d [N, K] -> [K, N]
         if quantile is not None:
             tau = _masked_quantile(d, mask, quantile)                     # [K]
         else:
-            tau = jnp.broadcast_to(jnp.asarray(radius, jnp.float32), (v.shape[0],))
-        inside = ((d <= tau[None, :]) & mask[:, None]).astype(jnp.float32).T  # [K, N]
-        v = v + (jnp.dot(inside, z, precision=lax.Precision.HIGHEST) - inside.sum(1, keepdims=True) * v) / n
-        return v, None
+            tau = jnp.broadcast_to(jnp.asarray(radius, jnp.float32), (v0.shape[0],))
+        return ((d <= tau[None, :]) & mask[:, None]).astype(jnp.float32).T
 
-    return lax.scan(step, centers.astype(jnp.float32), None, length=iters)[0]
+    if method == "points":
+        def step(v, _):
+            w = inside(jnp.sqrt(_sq_dist_to(z, v)))
+            return v + (jnp.dot(w, z, precision=lax.Precision.HIGHEST) - w.sum(1, keepdims=True) * v) / n, None
+
+        return lax.scan(step, v0, None, length=iters)[0]
+
+    hi = lax.Precision.HIGHEST
+    mu = jnp.dot(mask.astype(jnp.float32), z, precision=hi) / n           # centre: float32 keeps
+    zc = jnp.where(mask[:, None], z - mu, 0.0)                            # its precision under a
+    vc = v0 - mu                                                          # shared offset
+    gram = jnp.dot(zc, zc.T, precision=hi)                                # [N, N]
+    zv = jnp.dot(vc, zc.T, precision=hi)                                  # [K, N]
+    vv = jnp.sum(vc * vc, axis=1)                                         # [K]
+
+    def step_gram(carry, _):
+        a, c = carry                                                      # [K], [K, N]
+        gc = jnp.dot(c, gram, precision=hi)                               # [K, N]
+        cgc = jnp.sum(c * gc, 1) + a * a * vv + 2 * a * jnp.sum(c * zv, 1)   # ||v_k - mu||^2
+        d2 = jnp.diagonal(gram)[None, :] - 2 * (gc + a[:, None] * zv) + cgc[:, None]
+        w = inside(jnp.sqrt(jnp.maximum(d2, 0.0)).T)
+        keep = 1 - w.sum(1) / n
+        return (a * keep, c * keep[:, None] + w / n), None
+
+    k = v0.shape[0]
+    a, c = lax.scan(step_gram, (jnp.ones(k), jnp.zeros((k, z.shape[0]))), None, length=iters)[0]
+    # a + sum_i c_i = 1 at every step, so v = mu + a (v0 - mu) + sum_i c_i (z_i - mu)
+    return mu + a[:, None] * vc + jnp.dot(c, zc, precision=hi)
 
 
 def _masked_quantile(d, mask, q):
