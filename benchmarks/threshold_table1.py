@@ -136,8 +136,9 @@ def fmt(v, scale=1.0, digits=1):
 def combine(paths):
     """Print accuracy mean +- std over every seed found in result files written by this
     script: one-seed files give their table values, several-seed files their per-seed
-    lines. A (task, method, seed) found twice must agree."""
-    per = {}                                             # (task, method) -> {seed: acc}
+    lines. The files must share one setting, and a (task, method, seed) found twice must
+    agree."""
+    per, settings = {}, {}                               # (task, method) -> {seed: acc}
 
     def put(task, method, seed, acc):
         old = per.setdefault((task, method), {}).setdefault(seed, acc)
@@ -146,6 +147,10 @@ def combine(paths):
 
     for path in paths:
         text = open(path).read()
+        settings.setdefault(re.search(r"^Setting: (.*?)\. Command", text, re.M)[1], path)
+        if len(settings) > 1:
+            sys.exit("different settings, not combined:\n" + "\n".join(
+                f"{f}: {s}" for s, f in settings.items()))
         seeds = [int(v) for v in re.search(r"over seeds \[([\d, ]+)\]", text)[1].split(",")]
         if len(seeds) == 1:
             for row in re.findall(r"^\| (.+?) \| (.+?) \| .+? \| .+? \| .+? \| (.+?) \|", text, re.M):
