@@ -26,12 +26,15 @@ method takes the same number of steps with the same lr and batch size (the paper
 the learning rate separately for each algorithm ... but preserve all other algorithmic
 setups"; no tuning here). ``--time-round`` only measures one compiled round per method.
 
-FC costs O(N x N / 16) minibatch gradients a round. On a CPU it is fastest one client at a
-time (``--fc-chunk 1``, the default): each client's [S, P] gradients then stay in cache for
-the l TC iterations, where a vmapped chunk of 20 clients spends most of its time re-reading
-them. MLP, one round: 6.7 s at chunk 1 on the quiet 2-core CPU (IFCA 0.85 s); with both
-cores shared by other jobs 20 s at chunk 1, 37 s at chunk 5 and 58 s at chunk 20 on one
-core. The full setting is about 3.4 hours of FC on that CPU. benchmarks/results/threshold_table1.md was produced with a
+FC costs O(N x N / 16) minibatch gradients a round. Its TC runs in Gram space by default
+(``--tc-method gram``: one [S, P] x [P, S] product per client, then the l iterations on
+S x S numbers); ``--tc-method points`` re-reads each client's [S, P] gradients in every
+iteration. MLP, one round on the 2-core CPU: 6.7 s with "points" at chunk 1 (quiet; IFCA
+0.85 s), 4.5 s with "gram" (300 rounds of one seed in 1352 s); timed side by side in one
+process, gram 3.7-5.5 s against points 4.7-6.5 s. With "points" one client at a time
+(``--fc-chunk 1``, the default) is fastest (shared cores: 20 s at chunk 1, 37 s at chunk 5,
+58 s at chunk 20); with "gram" chunks 1, 4 and 20 timed alike. The full setting is about
+2.3 hours of FC on that CPU. benchmarks/results/threshold_table1.md was produced with a
 documented reduced setting (``--hidden 0 --rounds 200 --seeds 1``: softmax regression);
 see its notes.
 """
