@@ -374,7 +374,8 @@ def threshold_clustering(points, centers, *, iters: int, radius=None, quantile=N
       v_k <- (1/N) sum_i (z_i if ||z_i - v_k|| <= tau else v_k)
           =  v_k + (1/N) sum_{i inside} (z_i - v_k).
     Divides by N, not by the inside count (the paper's rule). ``mask`` bool[N] restricts
-    the points (N is then the mask's count, e.g. a random subgroup). Returns v [K, P].
+    the points (N is then the mask's count, e.g. a random subgroup; rows outside it must
+    still be finite). Returns v [K, P].
 
     ``method`` (same result up to float32 rounding):
       "points": every iteration reads z twice (distances, update): iters x 2 passes over
@@ -393,7 +394,7 @@ def threshold_clustering(points, centers, *, iters: int, radius=None, quantile=N
     if method not in TC_METHODS:
         raise ValueError(f"TC method must be one of {TC_METHODS}, got {method!r}")
     mask = jnp.ones(points.shape[0], bool) if mask is None else mask
-    z = jnp.where(mask[:, None], points.astype(jnp.float32), 0.0)
+    z = points.astype(jnp.float32)
     v0 = centers.astype(jnp.float32)
     n = jnp.maximum(mask.sum(), 1).astype(jnp.float32)
 
