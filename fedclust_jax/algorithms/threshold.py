@@ -133,9 +133,9 @@ class FCConfig(ByzantineSetting):
     subgroups per round (1 = all clients); same_init: every client starts from one model;
     byz_frac and attack fields: see ``fedclust_jax.attacks`` (placement is unused);
     chunk: clients per vectorized chunk (memory: chunk x S gradients); tc_method: TC's
-    "gram" (default; MNIST MLP, l = 10, S = 19, 2-core CPU: rounds 0.9-1.8 s (about 25%)
-    faster than "points", timed side by side) or "points" (``threshold_clustering``); the
-    same result up to float32 rounding."""
+    "gram" (default; MNIST MLP, l = 10, S = 19, quiet 2-core CPU: 3.6-4.2 s a round
+    against 4.7-6.3 s with "points", timed side by side) or "points"
+    (``threshold_clustering``); the same result up to float32 rounding."""
 
     local: LocalTraining = LocalTraining(steps=1, lr=0.1)
     tc_iters: int = 10
