@@ -31,7 +31,8 @@ FC costs O(N x N / 16) minibatch gradients a round. Its TC runs in Gram space by
 S x S numbers); ``--tc-method points`` re-reads each client's [S, P] gradients in every
 iteration. MLP, one round on the 2-core CPU: 6.7 s with "points" at chunk 1 (quiet; IFCA
 0.85 s), 4.5 s with "gram" (300 rounds of one seed in 1352 s); timed side by side in one
-process on the quiet CPU, gram 3.6-4.2 s against points 4.7-6.3 s. With "points" one client at a time
+process on the quiet CPU (``threshold_tc_methods.py``), gram 4.0-4.5 s against points
+4.9-5.6 s. With "points" one client at a time
 (``--fc-chunk 1``, the default) is fastest (shared cores: 20 s at chunk 1, 37 s at chunk 5,
 58 s at chunk 20); with "gram" chunks 1, 4 and 20 timed alike. The full setting is about
 2.3 hours of FC on that CPU. benchmarks/results/threshold_table1.md was produced with a

@@ -133,8 +133,8 @@ class FCConfig(ByzantineSetting):
     subgroups per round (1 = all clients); same_init: every client starts from one model;
     byz_frac and attack fields: see ``fedclust_jax.attacks`` (placement is unused);
     chunk: clients per vectorized chunk (memory: chunk x S gradients); tc_method: TC's
-    "gram" (default; MNIST MLP, l = 10, S = 19, quiet 2-core CPU: 3.6-4.2 s a round
-    against 4.7-6.3 s with "points", timed side by side) or "points"
+    "gram" (default; MNIST MLP, l = 10, S = 19, quiet 2-core CPU: 4.0-4.5 s a round
+    against 4.9-5.6 s with "points", benchmarks/threshold_tc_methods.py) or "points"
     (``threshold_clustering``); the same result up to float32 rounding."""
 
     local: LocalTraining = LocalTraining(steps=1, lr=0.1)

@@ -1,0 +1,80 @@
+"""Times Threshold-Clustering's two methods ("points", "gram"; ``core.robust``) alone and
+inside FC's MNIST round, side by side in one process.
+
+    python benchmarks/threshold_tc_methods.py --data-dir ../shared/data/mnist [--reps 5]
+
+TC alone: K = 1 from the first point, l = 10, radius = 20th percentile, over 30 random
+[S = 19, P = 159,010] point sets (FC's subgroup of the MNIST MLP 784-200-10), one set at a
+time (``lax.map``); milliseconds a set, median over repetitions. FC round: the Table 1
+setting of ``threshold_table1.py`` (300 clients, 16 random groups, chunk 1), one seed,
+seconds per compiled round, every repetition printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+from fedclust_jax.core.robust import TC_METHODS, threshold_clustering
+from fedclust_jax.data.recipes import personalized_mnist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import threshold_table1  # noqa: E402
+
+
+def seconds(fn, *args):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - t0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_MNIST", "../shared/data/mnist"))
+    p.add_argument("--reps", type=int, default=5)
+    args = p.parse_args()
+
+    sets = 30
+    z = jax.random.normal(jax.random.key(0), (sets, 19, 159010))
+    tc = {m: jax.jit(lambda z, m=m: jax.lax.map(
+        lambda g: threshold_clustering(g, g[:1], iters=10, quantile=0.2, method=m), z))
+        for m in TC_METHODS}
+    for f in tc.values():
+        seconds(f, z)
+    per = {m: [] for m in tc}
+    for _ in range(args.reps):
+        for m, f in tc.items():
+            per[m].append(1000 * seconds(f, z) / sets)
+    print("TC alone, ms a point set (median): " + ", ".join(
+        f"{m} {statistics.median(v):.2f}" for m, v in per.items()), flush=True)
+
+    data = threshold_table1.stack([personalized_mnist(jax.random.key(0), task="rotation",
+                                                      data_dir=args.data_dir)])
+    keys = jax.vmap(jax.random.key)(jnp.asarray([0]))
+    rounds = {}
+    for m in TC_METHODS:
+        ns = argparse.Namespace(lr=0.1, batch_size=50, hidden=200, chunk=None, tc_iters=10,
+                                fc_groups=16, fc_chunk=1, tc_method=m)
+        alg = threshold_table1.build("FC", ns, "rotation")
+        state = jax.jit(jax.vmap(lambda k, d: alg.init(jax.random.fold_in(k, 0), d)))(keys, data)
+        rnd = jax.jit(jax.vmap(lambda s, k, d: alg.round(s, k, d)[0]))
+        seconds(rnd, state, keys, data)
+        rounds[m] = (rnd, state)
+    per = {m: [] for m in rounds}
+    for _ in range(args.reps):
+        for m, (rnd, state) in rounds.items():
+            per[m].append(seconds(rnd, state, keys, data))
+    print("FC round (MNIST MLP, 300 clients), s: " + "; ".join(
+        f"{m} " + ", ".join(f"{t:.2f}" for t in v) for m, v in per.items()))
+    print(f"Machine: {jax.devices()[0].platform}, JAX {jax.__version__}, "
+          f"{os.cpu_count()} CPU cores")
+
+
+if __name__ == "__main__":
+    main()
