@@ -179,7 +179,7 @@ def combine(paths):
                       f"over seeds {sorted(got)}")
 
 
-def main(argv=None):
+def make_parser():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_MNIST", "../shared/data/mnist"))
     p.add_argument("--tasks", nargs="+", default=["rotation", "label"], choices=["rotation", "label"])
@@ -205,6 +205,11 @@ def main(argv=None):
     p.add_argument("--note", action="append", default=[], help="a line for the notes")
     p.add_argument("--combine", nargs="+", metavar="FILE",
                    help="only print mean +- std over the seeds of result files of this script")
+    return p
+
+
+def main(argv=None):
+    p = make_parser()
     args = p.parse_args(argv)
     if args.combine:
         return combine(args.combine)

@@ -59,8 +59,7 @@ def main():
     keys = jax.vmap(jax.random.key)(jnp.asarray([0]))
     rounds = {}
     for m in TC_METHODS:
-        ns = argparse.Namespace(lr=0.1, batch_size=50, hidden=200, chunk=None, tc_iters=10,
-                                fc_groups=16, fc_chunk=1, tc_method=m)
+        ns = threshold_table1.make_parser().parse_args(["--tc-method", m])   # its defaults
         alg = threshold_table1.build("FC", ns, "rotation")
         state = jax.jit(jax.vmap(lambda k, d: alg.init(jax.random.fold_in(k, 0), d)))(keys, data)
         rnd = jax.jit(jax.vmap(lambda s, k, d: alg.round(s, k, d)[0]))
