@@ -12,6 +12,7 @@ and loss over seeds beside the paper's numbers. Seeds are a vmap axis of one com
 
     python benchmarks/threshold_table1.py --data-dir ../shared/data/mnist \
         [--seeds 3] [--rounds 300] [--out benchmarks/results/threshold_table1.md]
+    python benchmarks/threshold_table1.py --combine RESULT.md [RESULT.md ...] [--out FILE]
 
 The paper does not give the model, optimiser, learning rate, batch size, rounds, TC
 iterations or seeds. Defaults here (the full setting, meant for an accelerator): the IFCA
@@ -24,7 +25,8 @@ loss. Global: FedAvg with one local step (= global minibatch SGD). Local: one SG
 round on the client's own data. Oracle: IFCA with the assignment frozen to the truth. Every
 method takes the same number of steps with the same lr and batch size (the paper: "we tune
 the learning rate separately for each algorithm ... but preserve all other algorithmic
-setups"; no tuning here). ``--time-round`` only measures one compiled round per method.
+setups"; no tuning here). ``--time-round`` only measures one compiled round per method;
+``--combine`` gives mean +- std over the seeds of several result files of one setting.
 
 FC costs O(N x N / 16) minibatch gradients a round. Its TC runs in Gram space by default
 (``--tc-method gram``: one [S, P] x [P, S] product per client, then the l iterations on
@@ -138,10 +140,10 @@ def fmt(v, scale=1.0, digits=1):
 
 
 def combine(paths):
-    """Print accuracy mean +- std over every seed found in result files written by this
-    script: one-seed files give their table values, several-seed files their per-seed
-    lines. The files must share one setting, and a (task, method, seed) found twice must
-    agree."""
+    """The files' common setting and lines of accuracy mean +- std over every seed found in
+    result files written by ``main`` (not by ``combined_file``): one-seed files give their
+    table values, several-seed files their per-seed lines. The files must share one setting,
+    and a (task, method, seed) found twice must agree."""
     per, settings = {}, {}                               # (task, method) -> {seed: acc}
 
     def put(task, method, seed, acc):
@@ -151,7 +153,11 @@ def combine(paths):
 
     for path in paths:
         text = open(path).read()
-        settings.setdefault(re.search(r"^Setting: (.*?)\. Command", text, re.M)[1], path)
+        setting = re.search(r"^Setting: (.*?)\. Command", text, re.M)
+        if not setting:
+            sys.exit(f"{path}: no 'Setting: ... Command' line; not a per-run result file of "
+                     "this script")
+        settings.setdefault(setting[1], path)
         if len(settings) > 1:
             sys.exit("different settings, not combined:\n" + "\n".join(
                 f"{f}: {s}" for s, f in settings.items()))
@@ -171,12 +177,20 @@ def combine(paths):
             task = next(t for t, n in TASK_NAME.items() if n == task)
             for seed, acc in zip(seeds, accs.split(",")):
                 put(task, method, seed, float(acc))
-    for task in TASK_NAME:
-        for method in METHODS:
-            got = per.get((task, method))
-            if got:
-                print(f"{TASK_NAME[task]}, {method}: {fmt(list(got.values()))} "
-                      f"over seeds {sorted(got)}")
+    return next(iter(settings)), [
+        f"{TASK_NAME[task]}, {method}: {fmt(list(per[task, method].values()))} "
+        f"over seeds {sorted(per[task, method])}"
+        for task in TASK_NAME for method in METHODS if (task, method) in per]
+
+
+def combined_file(setting, lines, paths, argv):
+    """Markdown of ``combine``'s lines, with the setting, files and command (``argv``)."""
+    return "\n".join([
+        "# Threshold-clustering paper, Table 1: test accuracy (%) over seeds", "",
+        f"Setting: {setting}.", "",
+        "Mean ± std over the seeds of " + ", ".join(f"`{p}`" for p in paths) + ". Command: "
+        "`python benchmarks/threshold_table1.py " + shlex.join(argv) + "`.", "",
+        *[f"- {line}" for line in lines], ""])
 
 
 def make_parser():
@@ -204,7 +218,8 @@ def make_parser():
     p.add_argument("--out", default=None)
     p.add_argument("--note", action="append", default=[], help="a line for the notes")
     p.add_argument("--combine", nargs="+", metavar="FILE",
-                   help="only print mean +- std over the seeds of result files of this script")
+                   help="only print (and with --out write) mean +- std over the seeds of result "
+                        "files of this script")
     return p
 
 
@@ -212,7 +227,13 @@ def main(argv=None):
     p = make_parser()
     args = p.parse_args(argv)
     if args.combine:
-        return combine(args.combine)
+        setting, lines = combine(args.combine)
+        print("\n".join(lines))
+        if args.out:
+            with open(args.out, "w") as fh:
+                fh.write(combined_file(setting, lines, args.combine,
+                                       sys.argv[1:] if argv is None else argv))
+        return
     if args.seeds < 1 or args.first_seed < 0:
         p.error(f"--seeds must be >= 1 and --first-seed >= 0 (got {args.seeds}, {args.first_seed})")
 

@@ -28,32 +28,31 @@ def _write(tmp_path, monkeypatch, name, seeds, acc, argv=()):
     return str(path)
 
 
-def _combined(capsys, paths):
-    table1.combine(paths)
-    return dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
+def _combined(paths):
+    return dict(line.split(": ", 1) for line in table1.combine(paths)[1])
 
 
-def test_combine_one_seed_files(tmp_path, monkeypatch, capsys):
+def test_combine_one_seed_files(tmp_path, monkeypatch):
     a = _write(tmp_path, monkeypatch, "s0.md", [0], [80.0])
     b = _write(tmp_path, monkeypatch, "s1.md", [1], [90.0])
-    out = _combined(capsys, [a, b])
+    out = _combined([a, b])
     assert out["Rotation, FC"] == "85.0 ± 5.0 over seeds [0, 1]"
     assert out["Private label, GT (oracle)"] == "86.0 ± 5.0 over seeds [0, 1]"
     assert len(out) == 2 * len(table1.METHODS)
 
 
-def test_combine_reads_per_seed_lines_of_a_several_seed_file(tmp_path, monkeypatch, capsys):
+def test_combine_reads_per_seed_lines_of_a_several_seed_file(tmp_path, monkeypatch):
     a = _write(tmp_path, monkeypatch, "s01.md", [0, 1], [70.0, 80.0])
     b = _write(tmp_path, monkeypatch, "s2.md", [2], [90.0])
-    out = _combined(capsys, [a, b])
+    out = _combined([a, b])
     assert out["Rotation, IFCA"] == "80.0 ± 8.2 over seeds [0, 1, 2]"
     assert out["Private label, Local"] == "81.0 ± 8.2 over seeds [0, 1, 2]"
 
 
-def test_combine_accepts_a_seed_repeated_with_the_same_value(tmp_path, monkeypatch, capsys):
+def test_combine_accepts_a_seed_repeated_with_the_same_value(tmp_path, monkeypatch):
     a = _write(tmp_path, monkeypatch, "s01.md", [0, 1], [70.0, 80.0])
     b = _write(tmp_path, monkeypatch, "s1.md", [1], [80.0])
-    out = _combined(capsys, [a, b])
+    out = _combined([a, b])
     assert out["Rotation, KNN"] == "75.0 ± 5.0 over seeds [0, 1]"
 
 
@@ -69,3 +68,15 @@ def test_combine_refuses_a_seed_with_two_values(tmp_path, monkeypatch):
     b = _write(tmp_path, monkeypatch, "b.md", [0], [81.0])
     with pytest.raises(SystemExit, match="seed 0"):
         table1.combine([a, b])
+
+
+def test_main_combine_writes_the_lines_and_refuses_its_own_output(tmp_path, monkeypatch):
+    a = _write(tmp_path, monkeypatch, "s0.md", [0], [80.0])
+    b = _write(tmp_path, monkeypatch, "s1.md", [1], [90.0])
+    out = tmp_path / "combined.md"
+    table1.main(["--combine", a, b, "--out", str(out)])
+    text = out.read_text()
+    assert "- Rotation, FC: 85.0 ± 5.0 over seeds [0, 1]" in text
+    assert "Setting: MLP 784-200-10, SGD lr 0.1," in text
+    with pytest.raises(SystemExit, match="not a per-run result file"):
+        table1.combine([a, str(out)])
