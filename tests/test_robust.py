@@ -51,6 +51,24 @@ def test_coordinatewise_matches_numpy(case, method):
     assert np.all(np.asarray(out)[3] == 7.0)                 # empty cluster keeps previous
 
 
+@pytest.mark.parametrize("method", ["packed", "masked", "numpy"])
+def test_coordinatewise_under_nested_vmap(method):
+    """Batch axes (trials, settings) in front: every method equals the reference per element,
+    the numpy callback included (it receives the batch axes on the host)."""
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=(2, 3, 17, 5)).astype(np.float32)
+    a = rng.integers(-1, 3, size=(2, 3, 17)).astype(np.int32)
+    prev = np.full((3, 5), -2.0, np.float32)                   # shared, not batched
+    med = jax.jit(jax.vmap(jax.vmap(
+        lambda v, a: R.cluster_median(v, a, prev, method=method))))(v, a)
+    trm = jax.jit(jax.vmap(jax.vmap(
+        lambda v, a: R.cluster_trimmed_mean(v, a, prev, 0.2, method=method))))(v, a)
+    for i in np.ndindex(2, 3):
+        np.testing.assert_allclose(med[i], _reference(v[i], a[i], prev, "median"), rtol=1e-6)
+        np.testing.assert_allclose(trm[i], _reference(v[i], a[i], prev, "trmean", 0.2),
+                                   rtol=1e-5, atol=1e-6)
+
+
 def test_pytree_and_shapes(case):
     v, a, prev = case
     tree = {"w": v[:, 3:].reshape(41, 9, 3), "b": v[:, :3]}
