@@ -35,6 +35,7 @@ import numpy as np
 from fedclust_jax.algorithms.brifca import BRIFCA, BRIFCAConfig
 from fedclust_jax.algorithms.three_stage import ThreeStage, ThreeStageConfig
 from fedclust_jax.attacks.byzantine import byzantine_mask
+from fedclust_jax.core.robust import METHODS as METHODS_SORT
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.data.robust_synthetic import brifca_regression
 from fedclust_jax.metrics import matched_distances, parameter_error
@@ -50,7 +51,7 @@ THREE_STAGE_R = "Three-Stage, best of 10 uniform seedings"
 METHODS = ("IFCA-FedAvg", "BR-IFCA median", "BR-IFCA trimmed mean", "Three-Stage", THREE_STAGE_R)
 
 
-def build(method, k, d, lr):
+def build(method, k, d, lr, sort_method="auto"):
     common = dict(num_clusters=k, byz_frac=BYZ_FRAC, attack="outlier",
                   local=LocalTraining(steps=1, lr=lr))
     if method.startswith("Three-Stage"):
@@ -61,7 +62,7 @@ def build(method, k, d, lr):
     agg = {"IFCA-FedAvg": "mean", "BR-IFCA median": "median",
            "BR-IFCA trimmed mean": "trimmed_mean"}[method]
     return BRIFCA(linear_regression(d), BRIFCAConfig(
-        aggregator=agg, trim_frac=TRIM_FRAC, init="unit_bernoulli",
+        aggregator=agg, trim_frac=TRIM_FRAC, init="unit_bernoulli", method=sort_method,
         step="ifca" if method == "IFCA-FedAvg" else "paper", **common))
 
 
@@ -75,11 +76,12 @@ def near_truth(key, truth):
     return truth + 0.25 * delta * u / jnp.linalg.norm(u, axis=1, keepdims=True)
 
 
-def run_setting(method, k, m, d, trials, rounds, lr, trial_batch=0, init="random"):
+def run_setting(method, k, m, d, trials, rounds, lr, trial_batch=0, init="random",
+                sort_method="auto"):
     """Per trial: dist with Hungarian and nearest matching, the smallest distance between
     true centres, and a dict of lists: the Hungarian-matched distance of each cluster [k]
     and each model's final honest and Byzantine client counts [K]."""
-    alg = build(method, k, d, lr)
+    alg = build(method, k, d, lr, sort_method)
 
     def trial(t):
         key = jax.random.fold_in(jax.random.key(0), t)
@@ -158,6 +160,8 @@ def main():
     ap.add_argument("--init", choices=("random", "near-truth"), default="random",
                     help="BR-IFCA's initial models: random unit Bernoulli vectors (the code) "
                          "or near-truth (the theory's assumption, see near_truth)")
+    ap.add_argument("--sort-method", choices=METHODS_SORT, default="auto",
+                    help="BR-IFCA's coordinate-wise sorting backend (core.robust module docstring)")
     ap.add_argument("--summarize", default=None, metavar="FILE",
                     help="only print the per-trial summary of a --per-trial file")
     args = ap.parse_args()
@@ -170,7 +174,8 @@ def main():
     lines = []
     prefix = open(args.out).read() if (args.append and args.out) else HEADER
     for panel in args.panels:
-        lines += [f"\n### Panel ({panel}): {args.trials} trials, {args.rounds} rounds, lr {args.lr}, init {args.init}\n",
+        sort = "" if args.sort_method == "auto" else f", sort {args.sort_method}"
+        lines += [f"\n### Panel ({panel}): {args.trials} trials, {args.rounds} rounds, lr {args.lr}, init {args.init}{sort}\n",
                   "| k | m | d | " + " | ".join(args.methods) + " |",
                   "|---|---|---|" + "---|" * len(args.methods)]
         for k, m, d in PANELS[panel]:
@@ -181,7 +186,8 @@ def main():
             for method in args.methods:
                 t0 = time.perf_counter()
                 hung, near, sep, detail = run_setting(
-                    method, k, m, d, args.trials, args.rounds, args.lr, args.trial_batch, args.init)
+                    method, k, m, d, args.trials, args.rounds, args.lr, args.trial_batch, args.init,
+                    args.sort_method)
                 if args.per_trial:
                     with open(args.per_trial, "a") as fh:
                         fh.write(json.dumps(dict(k=k, m=m, d=d, method=method, init=args.init,
