@@ -42,7 +42,7 @@ class FederatedData:
 
     @property
     def num_clients(self) -> int:
-        return int(self.x.shape[0])
+        return int(self.count.shape[0])
 
     @property
     def feature_shape(self) -> tuple[int, ...]:
@@ -52,6 +52,15 @@ class FederatedData:
     def num_true_clusters(self) -> int:
         c = np.asarray(self.cluster)
         return int(c.max()) + 1 if (c >= 0).any() else 0
+
+    def train_client(self, i):
+        """(x [n_max, *feature_shape], y [n_max], count scalar) of client ``i`` (a traced
+        int is fine); the one way per-client code reads a client's training data."""
+        return self.x[i], self.y[i], self.count[i]
+
+    def test_client(self, i):
+        """(x [n_test_max, ...], y [n_test_max], count scalar) of client ``i``'s test split."""
+        return self.x_test[i], self.y_test[i], self.count_test[i]
 
     def take(self, idx) -> "FederatedData":
         """The sub-population of clients ``idx`` (int array [M]), every per-client array gathered."""
