@@ -40,6 +40,10 @@ class FederatedData:
     task: str = struct.field(pytree_node=False, default="classification")
     num_classes: int = struct.field(pytree_node=False, default=0)
 
+    # Fields with a leading client axis N (to shard or gather); the rest is shared.
+    PER_CLIENT = ("x", "y", "count", "x_test", "y_test", "count_test", "cluster",
+                  "point_cluster")
+
     @property
     def num_clients(self) -> int:
         return int(self.count.shape[0])
@@ -70,11 +74,32 @@ class FederatedData:
             x_test=self.x_test[idx], y_test=self.y_test[idx], count_test=self.count_test[idx],
             cluster=self.cluster[idx], point_cluster=gather(self.point_cluster))
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by every array of the data."""
+        return tree_nbytes(self)
+
+    def astype(self, dtype) -> "FederatedData":
+        """Float features (x, x_test) stored as ``dtype`` (e.g. "bfloat16"); labels, integer
+        features (tokens) and regression targets unchanged."""
+        cast = lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a
+        return self.replace(x=cast(self.x), x_test=cast(self.x_test))
+
+    def materialize(self) -> "FederatedData":
+        """Itself (``FederatedViews.materialize`` gives the padded arrays of views)."""
+        return self
+
     def summary(self) -> str:
         c = np.asarray(self.count)
         return (f"{self.num_clients} clients, {self.task}, features {self.feature_shape}, "
                 f"train examples per client {c.min()}..{c.max()} (total {c.sum()}), "
                 f"true clusters {self.num_true_clusters}")
+
+
+def tree_nbytes(tree) -> int:
+    """Bytes of every array leaf of ``tree`` (arrays or ShapeDtypeStructs)."""
+    return sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
+               for a in jax.tree.leaves(tree))
 
 
 def example_mask(count: jax.Array, n_max: int) -> jax.Array:

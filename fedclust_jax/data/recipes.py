@@ -1,7 +1,11 @@
 """The papers' cluster recipes on real data, as named datasets ``builder(key, **params)``.
 
 Images are float32 ``[N, n, H, W, C]`` in [0, 1] (channels last); labels int32 ``[N, n]``.
-Randomness: one numpy Generator seeded from the JAX ``key`` (same key -> same data).
+The MNIST and CIFAR-10 recipes return ``FederatedViews`` by default (``views=True``): the
+source images once, as uint8, plus per-client indices and a cluster transform applied on
+read (``fedclust_jax.data.views``); ``views=False`` gives the same arrays materialised as
+``FederatedData``. Randomness: one numpy Generator seeded from the JAX ``key`` (same key ->
+same data, in both forms).
 
 Two constructions recur:
 - whole-set (IFCA): each of k clusters takes the whole train set, shuffled independently,
@@ -18,6 +22,7 @@ Two constructions recur:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Sequence
 
 import jax
@@ -27,7 +32,10 @@ import numpy as np
 from fedclust_jax.data import partition, transforms
 from fedclust_jax.data.federated import FederatedData, from_client_lists
 from fedclust_jax.data.leaf import load_leaf_clients
-from fedclust_jax.data.sources import load_digits_images, load_images
+from fedclust_jax.data.sources import (IDX_NAMES, find_idx, load_digits_images, load_images,
+                                       read_idx, resolve_data_dir)
+from fedclust_jax.data.transforms import ClusterTransform
+from fedclust_jax.data.views import FederatedViews, make_views
 
 Transform = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
@@ -42,19 +50,19 @@ def numpy_rng(key) -> np.random.Generator:
 
 # ---------------------------------------------------------------- transforms per cluster
 
-def rotation(k: int) -> Transform:
-    return lambda x, y: (transforms.rotate90(x, k), y)
+def rotation(k: int) -> ClusterTransform:
+    return ClusterTransform(rot=k)
 
 
-def inversion(max_value: float = 1.0) -> Transform:
-    return lambda x, y: (transforms.invert(x, max_value), y)
+def inversion(max_value: float = 1.0) -> ClusterTransform:
+    return ClusterTransform(invert=float(max_value))
 
 
-def label_shift(shift: int, num_classes: int = 10) -> Transform:
-    return lambda x, y: (x, transforms.shift_labels(y, shift, num_classes))
+def label_shift(shift: int, num_classes: int = 10) -> ClusterTransform:
+    return ClusterTransform(label_shift=shift, num_classes=num_classes)
 
 
-def rotations(num_clusters: int) -> list[Transform]:
+def rotations(num_clusters: int) -> list[ClusterTransform]:
     """k = 4: 0/90/180/270 degrees; k = 2: 0/180; otherwise k * 90 (k <= 4)."""
     if num_clusters == 2:
         return [rotation(0), rotation(2)]
@@ -85,48 +93,111 @@ def _check(cond, msg):
         raise ValueError(msg)
 
 
+@dataclasses.dataclass
+class Layout:
+    """Which examples each client holds: index int[N, n] into the train set, index_test
+    int[N, n_test] into the test set, cluster int[N], and transform int[N] (a row of
+    ``transforms``, the cluster transforms)."""
+
+    index: np.ndarray
+    index_test: np.ndarray
+    cluster: np.ndarray
+    transform: np.ndarray
+    transforms: Sequence[Transform]
+
+
+def realise(layout: Layout, x, y, x_test, y_test, *, views: bool, values=None,
+            num_classes: int = 10) -> FederatedData | FederatedViews:
+    """A ``Layout`` over (x, y, x_test, y_test) as data.
+
+    views=False: ``FederatedData`` with every client's examples gathered and transformed
+    (numpy, float32). views=True: ``FederatedViews`` over one pool (train then test
+    examples, stored as given: uint8 with ``values`` float32[256] byte -> value, or float).
+    """
+    if views:
+        return make_views(np.concatenate([x, x_test]), np.concatenate([y, y_test]),
+                          layout.index, layout.index_test + len(x), layout.cluster,
+                          layout.transform, layout.transforms, values=values,
+                          num_classes=num_classes)
+    read = (lambda a, i: a[i]) if values is None else \
+        (lambda a, i: np.asarray(values, np.float32)[a[i]])
+    xs, ys = read(x, layout.index), y[layout.index]
+    xts, yts = read(x_test, layout.index_test), y_test[layout.index_test]
+    for c, t in enumerate(layout.transforms):
+        sel = layout.transform == c
+        if sel.any():
+            xs[sel], ys[sel] = _apply(t, xs[sel], ys[sel])
+            xts[sel], yts[sel] = _apply(t, xts[sel], yts[sel])
+    return _stack(xs, ys, xts, yts, layout.cluster, num_classes)
+
+
 # ---------------------------------------------------------------- constructions
 
-def whole_set_clusters(x, y, x_test, y_test, rng, *, cluster_transforms: Sequence[Transform],
-                       num_clients: int, n: int, n_test: int | None = None,
-                       num_classes: int = 10) -> FederatedData:
-    """IFCA construction (see module doc). x [n_train, ...], x_test [n_test_total, ...].
+def whole_set_layout(num_train: int, num_test: int, rng, *, num_clusters: int,
+                     num_clients: int, n: int, n_test: int | None = None,
+                     replace: bool = False) -> Layout:
+    """IFCA construction (see module doc) as indices; transforms are cluster ids.
 
-    Returns m clients with n train / n_test test images each (n_test defaults to n).
+    replace=True: client i of cluster c instead draws its n train and n_test test examples
+    uniformly with replacement from the whole train / test set (any number of clients).
     """
-    k = len(cluster_transforms)
+    k = num_clusters
     n_test = n if n_test is None else n_test
     _check(num_clients % k == 0, f"num_clients ({num_clients}) must be a multiple of the "
            f"{k} clusters")
+    _check(n > 0 and n_test > 0, f"n ({n}) and n_test ({n_test}) must be positive")
     per = num_clients // k
-    _check(0 < n and per * n <= len(x), f"{per} clients x {n} images per cluster exceed the "
-           f"{len(x)} train images")
-    machines = len(x_test) // n_test if n_test > 0 else 0
-    _check(machines >= 1, f"n_test={n_test} exceeds the {len(x_test)} test images")
-    xs, ys, xts, yts = [], [], [], []
-    for t in cluster_transforms:
-        idx = rng.permutation(len(x))[: per * n].reshape(per, n)
-        tidx = rng.permutation(len(x_test))[: machines * n_test].reshape(machines, n_test)
-        tidx = tidx[np.arange(per) % machines]
-        for a, b, out_x, out_y in ((x[idx], y[idx], xs, ys),
-                                   (x_test[tidx], y_test[tidx], xts, yts)):
-            a, b = _apply(t, a, b)
-            out_x.append(a); out_y.append(b)
+    idx, tidx = [], []
+    if replace:
+        for _ in range(k):
+            idx.append(rng.integers(0, num_train, (per, n), dtype=np.int32))
+            tidx.append(rng.integers(0, num_test, (per, n_test), dtype=np.int32))
+    else:
+        _check(per * n <= num_train, f"{per} clients x {n} images per cluster exceed the "
+               f"{num_train} train images (replace=True draws with replacement)")
+        machines = num_test // n_test
+        _check(machines >= 1, f"n_test={n_test} exceeds the {num_test} test images")
+        for _ in range(k):
+            idx.append(rng.permutation(num_train)[: per * n].reshape(per, n))
+            t = rng.permutation(num_test)[: machines * n_test].reshape(machines, n_test)
+            tidx.append(t[np.arange(per) % machines])
     cluster = np.repeat(np.arange(k), per)
-    return _stack(np.concatenate(xs), np.concatenate(ys), np.concatenate(xts),
-                  np.concatenate(yts), cluster, num_classes)
+    return Layout(np.concatenate(idx), np.concatenate(tidx), cluster, cluster, [])
+
+
+def whole_set_clusters(x, y, x_test, y_test, rng, *, cluster_transforms: Sequence[Transform],
+                       num_clients: int, n: int, n_test: int | None = None,
+                       num_classes: int = 10, views: bool = False, values=None,
+                       replace: bool = False) -> FederatedData | FederatedViews:
+    """IFCA construction (see module doc). x [n_train, ...], x_test [n_test_total, ...].
+
+    Returns m clients with n train / n_test test images each (n_test defaults to n);
+    ``views``, ``values``: see ``realise``; ``replace``: see ``whole_set_layout``.
+    """
+    layout = whole_set_layout(len(x), len(x_test), rng, num_clusters=len(cluster_transforms),
+                              num_clients=num_clients, n=n, n_test=n_test, replace=replace)
+    layout.transforms = list(cluster_transforms)
+    return realise(layout, x, y, x_test, y_test, views=views, values=values,
+                   num_classes=num_classes)
 
 
 def disjoint_shard_clusters(x, y, x_test, y_test, rng, *, cluster_transforms: Sequence[Transform],
                             num_clients: int, n: int, n_test: int, assign: str = "mod",
-                            num_classes: int = 10) -> FederatedData:
+                            num_classes: int = 10, views: bool = False, values=None,
+                            replace: bool = False) -> FederatedData | FederatedViews:
     """SR-FCA construction (see module doc): disjoint shards, client i in cluster i mod K
-    (``assign="mod"``) or in equal contiguous blocks (``assign="block"``)."""
+    (``assign="mod"``) or in equal contiguous blocks (``assign="block"``).
+
+    replace=True: each client instead draws n train / n_test test examples uniformly with
+    replacement from the whole train / test set (not disjoint; any number of clients).
+    ``views``, ``values``: see ``realise``."""
     k = len(cluster_transforms)
-    _check(num_clients * n <= len(x) and n > 0, f"{num_clients} disjoint shards of {n} exceed "
-           f"the {len(x)} train images")
-    _check(num_clients * n_test <= len(x_test) and n_test > 0, f"{num_clients} disjoint "
-           f"shards of {n_test} exceed the {len(x_test)} test images")
+    _check(n > 0 and n_test > 0, f"n ({n}) and n_test ({n_test}) must be positive")
+    if not replace:
+        _check(num_clients * n <= len(x), f"{num_clients} disjoint shards of {n} exceed the "
+               f"{len(x)} train images (replace=True draws with replacement)")
+        _check(num_clients * n_test <= len(x_test), f"{num_clients} disjoint shards of "
+               f"{n_test} exceed the {len(x_test)} test images")
     if assign == "mod":
         cluster = np.arange(num_clients) % k
     elif assign == "block":
@@ -134,27 +205,30 @@ def disjoint_shard_clusters(x, y, x_test, y_test, rng, *, cluster_transforms: Se
         cluster = np.arange(num_clients) // (num_clients // k)
     else:
         raise ValueError(f"assign must be 'mod' or 'block', got {assign!r}")
-    idx = rng.permutation(len(x))[: num_clients * n].reshape(num_clients, n)
-    tidx = rng.permutation(len(x_test))[: num_clients * n_test].reshape(num_clients, n_test)
-    xs, ys, xts, yts = x[idx], y[idx], x_test[tidx], y_test[tidx]
-    for c, t in enumerate(cluster_transforms):
-        sel = cluster == c
-        xs[sel], ys[sel] = _apply(t, xs[sel], ys[sel])
-        xts[sel], yts[sel] = _apply(t, xts[sel], yts[sel])
-    return _stack(xs, ys, xts, yts, cluster, num_classes)
+    if replace:
+        idx = rng.integers(0, len(x), (num_clients, n), dtype=np.int32)
+        tidx = rng.integers(0, len(x_test), (num_clients, n_test), dtype=np.int32)
+    else:
+        idx = rng.permutation(len(x))[: num_clients * n].reshape(num_clients, n)
+        tidx = rng.permutation(len(x_test))[: num_clients * n_test].reshape(num_clients, n_test)
+    layout = Layout(idx, tidx, cluster, cluster, list(cluster_transforms))
+    return realise(layout, x, y, x_test, y_test, views=views, values=values,
+                   num_classes=num_classes)
 
 
 def chunked_clusters(x, y, x_test, y_test, rng, *, cluster_transforms: Sequence[Transform],
                      cluster_classes: Sequence[Sequence[int] | None], num_chunks: int,
-                     keep_chunks: int, num_classes: int = 10) -> FederatedData:
+                     keep_chunks: int, num_classes: int = 10, views: bool = False,
+                     values=None) -> FederatedData | FederatedViews:
     """SR-FCA CIFAR construction: for each cluster, the whole train set (restricted to the
     cluster's classes when given) is shuffled and cut into ``num_chunks`` equal chunks of
     which ``keep_chunks`` chosen at random become clients; the test set is cut the same way
-    and a client carries the test chunk with its train chunk's index."""
+    and a client carries the test chunk with its train chunk's index. ``views``,
+    ``values``: see ``realise``."""
     _check(1 <= keep_chunks <= num_chunks, f"need 1 <= keep_chunks ({keep_chunks}) <= "
            f"num_chunks ({num_chunks})")
-    xs, ys, xts, yts, cluster = [], [], [], [], []
-    for c, (t, classes) in enumerate(zip(cluster_transforms, cluster_classes)):
+    idx, tidx, cluster = [], [], []
+    for c, classes in enumerate(cluster_classes):
         pool = np.arange(len(x)) if classes is None else \
             np.flatnonzero(transforms.label_subset_mask(y, classes))
         tpool = np.arange(len(x_test)) if classes is None else \
@@ -164,15 +238,15 @@ def chunked_clusters(x, y, x_test, y_test, rng, *, cluster_transforms: Sequence[
         chunks = rng.permutation(pool)[: size * num_chunks].reshape(num_chunks, size)
         tchunks = rng.permutation(tpool)[: tsize * num_chunks].reshape(num_chunks, tsize)
         keep = np.sort(rng.choice(num_chunks, keep_chunks, replace=False))
-        for idx, out_x, out_y, xx, yy in ((chunks[keep], xs, ys, x, y),
-                                          (tchunks[keep], xts, yts, x_test, y_test)):
-            a, b = _apply(t, xx[idx], yy[idx])
-            out_x.append(a); out_y.append(b)
+        idx.append(chunks[keep]); tidx.append(tchunks[keep])
         cluster.append(np.full(keep_chunks, c))
-    _check(len({a.shape[1] for a in xs}) == 1, "clusters' chunk sizes differ; use equal class "
-           "subsets")
-    return _stack(np.concatenate(xs), np.concatenate(ys), np.concatenate(xts),
-                  np.concatenate(yts), np.concatenate(cluster), num_classes)
+    _check(len({a.shape[1] for a in idx}) == 1 and len({a.shape[1] for a in tidx}) == 1,
+           "clusters' chunk sizes differ; use equal class subsets")
+    cluster = np.concatenate(cluster)
+    layout = Layout(np.concatenate(idx), np.concatenate(tidx), cluster, cluster,
+                    list(cluster_transforms))
+    return realise(layout, x, y, x_test, y_test, views=views, values=values,
+                   num_classes=num_classes)
 
 
 # ---------------------------------------------------------------- named recipes
@@ -181,122 +255,200 @@ def _images(name, data_dir, source, download):
     return load_images(name, data_dir, source=source, download=download)
 
 
+# byte b -> b / 255 in float32, the same arithmetic as the float loaders in ``sources``
+BYTE_VALUES = np.arange(256, dtype=np.uint8).astype(np.float32) / 255.0
+
+
+def _as_bytes(*images):
+    """(images as uint8, BYTE_VALUES) when every float image is exactly b / 255 for bytes b,
+    else (images unchanged, None)."""
+    out = []
+    for x in images:
+        b = np.rint(x * 255.0)
+        if b.min() < 0 or b.max() > 255:
+            return (*images, None)
+        b = b.astype(np.uint8)
+        if not np.array_equal(BYTE_VALUES[b], x):
+            return (*images, None)
+        out.append(b)
+    return (*out, BYTE_VALUES)
+
+
+def _source(name, data_dir, source, download, views):
+    """(x, y, x_test, y_test, values) of an image dataset.
+
+    views=False: float32 images in [0, 1] (``sources.load_images``), values None.
+    views=True: the images as stored, uint8 [n, H, W, C] with ``values = BYTE_VALUES``
+    (MNIST IDX files are read raw, never as a float copy; other sources are converted back
+    when every pixel is a byte / 255), else float32 images and values None.
+    """
+    if views:
+        root = resolve_data_dir(data_dir)
+        files = None
+        if name in IDX_NAMES and source in ("auto", "local") and not download and root:
+            files = find_idx(name, root)
+        if files is not None:
+            a = {k: read_idx(f) for k, f in files.items()}
+            xs, xts = a["train_images"], a["test_images"]
+            if all(im.dtype == np.uint8 and im.ndim == 3 and len(im) == len(lab) for im, lab in
+                   ((xs, a["train_labels"]), (xts, a["test_labels"]))):
+                return (xs[..., None], a["train_labels"].astype(np.int32), xts[..., None],
+                        a["test_labels"].astype(np.int32), BYTE_VALUES)
+    x, y, xt, yt = _images(name, data_dir, source, download)
+    if not views:
+        return x, y, xt, yt, None
+    x, xt, values = _as_bytes(x, xt)
+    return x, y, xt, yt, values
+
+
+_VIEWS_DOC = """
+    views: True (default) keeps the images once, as stored (uint8), with per-client indices
+    and a transform id applied on read (``FederatedViews``); False materialises float32
+    ``FederatedData``. Both hold the same arrays for the same key."""
+
+
 def ifca_rotated_mnist(key, *, num_clusters: int = 4, num_clients: int = 2400, n: int = 100,
-                       n_test: int | None = None, data_dir=None, source: str = "auto",
-                       download: bool = False) -> FederatedData:
+                       n_test: int | None = None, views: bool = True, replace: bool = False,
+                       data_dir=None, source: str = "auto", download: bool = False):
     """IFCA rotated MNIST: k = 4 (0/90/180/270) or 2 (0/180) clusters, m clients of n images,
     each cluster taking the whole 60k train set (whole-set construction). Paper grid:
-    (m, n) in {(4800, 50), (2400, 100), (1200, 200)}. Pixels in [0, 1], no normalisation."""
-    x, y, xt, yt = _images("mnist", data_dir, source, download)
+    (m, n) in {(4800, 50), (2400, 100), (1200, 200)}. Pixels in [0, 1], no normalisation.
+    replace: True draws each client's n train / n_test test images with replacement from
+    the whole train / test set, so m is unbounded (views: 4 (n + n_test) + 16 bytes per
+    client besides the 55 MB of images)."""
+    x, y, xt, yt, values = _source("mnist", data_dir, source, download, views)
     return whole_set_clusters(x, y, xt, yt, numpy_rng(key),
                               cluster_transforms=rotations(num_clusters),
-                              num_clients=num_clients, n=n, n_test=n_test)
+                              num_clients=num_clients, n=n, n_test=n_test, views=views,
+                              values=values, replace=replace)
 
 
 def srfca_rotated_mnist(key, *, num_clusters: int = 4, num_clients: int = 100, n: int = 600,
-                        n_test: int = 100, data_dir=None, source: str = "auto",
-                        download: bool = False) -> FederatedData:
+                        n_test: int = 100, views: bool = True, replace: bool = False,
+                        data_dir=None, source: str = "auto", download: bool = False):
     """SR-FCA rotated MNIST: m = 100 disjoint shards of 600 train / 100 test images, client i
-    in cluster i mod K rotated by (i mod K) * 90 degrees (K = 4). Pixels in [0, 1]."""
-    x, y, xt, yt = _images("mnist", data_dir, source, download)
+    in cluster i mod K rotated by (i mod K) * 90 degrees (K = 4). Pixels in [0, 1].
+    replace: True draws each client's images with replacement (shards no longer disjoint;
+    m unbounded)."""
+    x, y, xt, yt, values = _source("mnist", data_dir, source, download, views)
     return disjoint_shard_clusters(x, y, xt, yt, numpy_rng(key),
                                    cluster_transforms=[rotation(c) for c in range(num_clusters)],
-                                   num_clients=num_clients, n=n, n_test=n_test)
+                                   num_clients=num_clients, n=n, n_test=n_test, views=views,
+                                   values=values, replace=replace)
 
 
 def srfca_inverted_mnist(key, *, num_clients: int = 100, n: int = 600, n_test: int = 100,
-                         pixel_range: str = "unit", data_dir=None, source: str = "auto",
-                         download: bool = False) -> FederatedData:
+                         pixel_range: str = "unit", views: bool = True, replace: bool = False,
+                         data_dir=None, source: str = "auto", download: bool = False):
     """SR-FCA inverted MNIST: disjoint shards as ``srfca_rotated_mnist``, K = 2; odd clients'
     images inverted. pixel_range "unit": x in [0, 1], inversion 1 - x (default);
-    "byte": raw 0..255 floats and 255 - x, as the authors' code does."""
+    "byte": raw 0..255 floats and 255 - x, as the authors' code does. replace: as
+    ``srfca_rotated_mnist``."""
     if pixel_range not in ("unit", "byte"):
         raise ValueError(f"pixel_range must be 'unit' or 'byte', got {pixel_range!r}")
-    x, y, xt, yt = _images("mnist", data_dir, source, download)
+    x, y, xt, yt, values = _source("mnist", data_dir, source, download, views)
     top = 1.0
     if pixel_range == "byte":
-        x, xt, top = x * 255.0, xt * 255.0, 255.0
+        top = 255.0
+        if values is not None:
+            values = values * 255.0
+        else:
+            x, xt = x * 255.0, xt * 255.0
     return disjoint_shard_clusters(x, y, xt, yt, numpy_rng(key),
                                    cluster_transforms=[rotation(0), inversion(top)],
-                                   num_clients=num_clients, n=n, n_test=n_test)
+                                   num_clients=num_clients, n=n, n_test=n_test, views=views,
+                                   values=values, replace=replace)
 
 
 def personalized_mnist(key, *, num_clusters: int = 4, clients_per_cluster: int = 75,
                        task: str = "rotation", n: int | None = None, n_test: int | None = None,
-                       data_dir=None, source: str = "auto",
-                       download: bool = False) -> FederatedData:
+                       views: bool = True, data_dir=None, source: str = "auto",
+                       download: bool = False):
     """"Provably personalized" MNIST (Table 1): K = 4 clusters x 75 clients of disjoint
     shards, cluster k's clients in a contiguous block. task "rotation": images rotated by
     k * 90 degrees; "label": private labels y -> (y + k) mod 10. n / n_test default to an
-    equal share of the 60k / 10k images (200 / 33 at N = 300; unstated in the paper)."""
+    equal share of the 60k / 10k images (200 / 33 at N = 300; unstated in the paper).
+    """
     if task not in ("rotation", "label"):
         raise ValueError(f"task must be 'rotation' or 'label', got {task!r}")
-    x, y, xt, yt = _images("mnist", data_dir, source, download)
+    x, y, xt, yt, values = _source("mnist", data_dir, source, download, views)
     m = num_clusters * clients_per_cluster
     n = len(x) // m if n is None else n
     n_test = len(xt) // m if n_test is None else n_test
     ts = ([rotation(c) for c in range(num_clusters)] if task == "rotation"
           else [label_shift(c, 10) for c in range(num_clusters)])
     return disjoint_shard_clusters(x, y, xt, yt, numpy_rng(key), cluster_transforms=ts,
-                                   num_clients=m, n=n, n_test=n_test, assign="block")
+                                   num_clients=m, n=n, n_test=n_test, assign="block",
+                                   views=views, values=values)
 
 
-def srfca_rotated_cifar10(key, *, num_chunks: int = 16, keep_chunks: int = 8, data_dir=None,
-                          source: str = "auto", download: bool = False) -> FederatedData:
+def srfca_rotated_cifar10(key, *, num_chunks: int = 16, keep_chunks: int = 8,
+                          views: bool = True, data_dir=None, source: str = "auto",
+                          download: bool = False):
     """SR-FCA rotated CIFAR-10: 2 clusters (0 / 180 degrees); each cluster's full 50k train
     set cut into 16 chunks of 3125, 8 kept at random -> 16 clients (chunked construction).
 
     The paper's m = 32 with 50% participation is, in the authors' code, this fixed random
     half of the clients: keep_chunks = num_chunks gives all 32 clients, and per-round
     participation is then a training setting."""
-    x, y, xt, yt = _images("cifar10", data_dir, source, download)
+    x, y, xt, yt, values = _source("cifar10", data_dir, source, download, views)
     return chunked_clusters(x, y, xt, yt, numpy_rng(key),
                             cluster_transforms=[rotation(0), rotation(2)],
                             cluster_classes=[None, None], num_chunks=num_chunks,
-                            keep_chunks=keep_chunks)
+                            keep_chunks=keep_chunks, views=views, values=values)
 
 
-def srfca_label_cifar10(key, *, num_chunks: int = 8, keep_chunks: int = 8, data_dir=None,
-                        source: str = "auto", download: bool = False) -> FederatedData:
+def srfca_label_cifar10(key, *, num_chunks: int = 8, keep_chunks: int = 8, views: bool = True,
+                        data_dir=None, source: str = "auto", download: bool = False):
     """SR-FCA label CIFAR-10: cluster 0 holds classes 0-6, cluster 1 classes 3-9 (4 shared),
     labels unchanged. Each cluster's 35k images cut into 8 chunks of 4375 (the paper's n),
     all kept -> 16 clients, the same fixed "50% of m = 32" as ``srfca_rotated_cifar10``.
     The authors' code's 16-chunks-keep-8 construction is num_chunks=16, keep_chunks=8
     (n = 2,187, which does not match the paper's n). (That code filters {0-5} / {4-9} and
     overwrites data between clusters, a bug not reproduced.)"""
-    x, y, xt, yt = _images("cifar10", data_dir, source, download)
-    ident = lambda a, b: (a, b)
-    return chunked_clusters(x, y, xt, yt, numpy_rng(key), cluster_transforms=[ident, ident],
+    x, y, xt, yt, values = _source("cifar10", data_dir, source, download, views)
+    return chunked_clusters(x, y, xt, yt, numpy_rng(key),
+                            cluster_transforms=[ClusterTransform(), ClusterTransform()],
                             cluster_classes=[range(0, 7), range(3, 10)],
-                            num_chunks=num_chunks, keep_chunks=keep_chunks)
+                            num_chunks=num_chunks, keep_chunks=keep_chunks, views=views,
+                            values=values)
 
 
 def ifca_rotated_cifar10(key, *, num_clients: int = 200, n: int = 500, n_test: int | None = None,
-                         data_dir=None, source: str = "auto",
-                         download: bool = False) -> FederatedData:
+                         views: bool = True, replace: bool = False, data_dir=None,
+                         source: str = "auto", download: bool = False):
     """IFCA rotated CIFAR-10: k = 2 (0 / 180 degrees), m = 200 clients of n = 500 images,
     whole-set construction (m_test = 40 machines of 500 -> 20 per cluster). Augmentation
-    (crop, flip) and the 10% participation are training settings, not data."""
-    x, y, xt, yt = _images("cifar10", data_dir, source, download)
+    (crop, flip) and the 10% participation are training settings, not data. replace: as
+    ``ifca_rotated_mnist``."""
+    x, y, xt, yt, values = _source("cifar10", data_dir, source, download, views)
     return whole_set_clusters(x, y, xt, yt, numpy_rng(key), cluster_transforms=rotations(2),
-                              num_clients=num_clients, n=n, n_test=n_test)
+                              num_clients=num_clients, n=n, n_test=n_test, views=views,
+                              values=values, replace=replace)
 
 
 def rotated_digits(key, *, num_clusters: int = 4, num_clients: int = 40, n: int = 100,
-                   n_test: int = 40, test_fraction: float = 0.25) -> FederatedData:
+                   n_test: int = 40, test_fraction: float = 0.25, views: bool = False,
+                   replace: bool = False):
     """Rotated 8x8 digits (scikit-learn's bundled 1,797 images, no download): the IFCA
     whole-set rotation recipe on a random (1 - test_fraction) / test_fraction split.
-    Images [N, n, 8, 8, 1] in [0, 1]; runs in seconds."""
+    Images [N, n, 8, 8, 1] in [0, 1]; runs in seconds. views: True keeps the raw 0..16
+    pixel values once as uint8 (``FederatedViews``, value table b / 16); replace: as
+    ``ifca_rotated_mnist``."""
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-    x, y = load_digits_images()
+    x, y = load_digits_images(scale=not views)
+    values = None
+    if views:
+        x, values = x.astype(np.uint8), np.arange(256).astype(np.float32) / 16.0
     rng = numpy_rng(key)
     perm = rng.permutation(len(x))
     n_te = int(round(test_fraction * len(x)))
     te, tr = perm[:n_te], perm[n_te:]
     return whole_set_clusters(x[tr], y[tr], x[te], y[te], rng,
                               cluster_transforms=rotations(num_clusters),
-                              num_clients=num_clients, n=n, n_test=n_test)
+                              num_clients=num_clients, n=n, n_test=n_test, views=views,
+                              values=values, replace=replace)
 
 
 # ---------------------------------------------------------------- natural clients (LEAF)
@@ -378,6 +530,10 @@ def dirichlet_partition(key, *, dataset: str = "digits", num_clients: int = 10,
                              [xt[p] for p in tparts], [yt[p] for p in tparts], None,
                              task="classification", num_classes=k)
 
+
+for _recipe in (ifca_rotated_mnist, srfca_rotated_mnist, srfca_inverted_mnist, personalized_mnist,
+                srfca_rotated_cifar10, srfca_label_cifar10, ifca_rotated_cifar10):
+    _recipe.__doc__ += _VIEWS_DOC
 
 RECIPES = {
     "rotated-digits": rotated_digits,
