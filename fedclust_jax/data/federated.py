@@ -10,6 +10,18 @@ import numpy as np
 from flax import struct
 
 TASKS = ("regression", "classification")
+DTYPES = ("float32", "bfloat16")  # storage dtypes of float features (``astype``)
+
+
+def check_dtype(dtype) -> str:
+    """The name of ``dtype`` if it is one of DTYPES, else a ValueError saying which are."""
+    try:
+        name = jnp.dtype(dtype).name
+    except TypeError:
+        name = str(dtype)
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {name!r}")
+    return name
 
 
 @struct.dataclass
@@ -82,6 +94,7 @@ class FederatedData:
     def astype(self, dtype) -> "FederatedData":
         """Float features (x, x_test) stored as ``dtype`` (e.g. "bfloat16"); labels, integer
         features (tokens) and regression targets unchanged."""
+        dtype = check_dtype(dtype)
         cast = lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a
         return self.replace(x=cast(self.x), x_test=cast(self.x_test))
 

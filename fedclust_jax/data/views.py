@@ -40,11 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from fedclust_jax.data.federated import FederatedData, tree_nbytes
+from fedclust_jax.data.federated import FederatedData, check_dtype, tree_nbytes
 from fedclust_jax.data.transforms import ClusterTransform, pixel_permutation
-
-DTYPES = ("float32", "bfloat16")
-
 
 @struct.dataclass
 class FederatedViews:
@@ -153,9 +150,7 @@ class FederatedViews:
     def astype(self, dtype) -> "FederatedViews":
         """Reads return ``dtype`` features ("float32" or "bfloat16"; conversion after the
         float32 transform). A uint8 pool stays uint8; a float pool is stored in ``dtype``."""
-        name = jnp.dtype(dtype).name
-        if name not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, got {name!r}")
+        name = check_dtype(dtype)
         pool = self.pool_x
         if self.values is None and jnp.issubdtype(pool.dtype, jnp.floating):
             pool = pool.astype(name)

@@ -40,6 +40,18 @@ def test_transform_algebra():
         np.testing.assert_array_equal(transforms.shift_labels(shifted, 10 - k, 10), np.arange(10))
     with pytest.raises(ValueError):
         transforms.shift_labels(np.array([10]), 1, 10)
+    # the pixel permutation views use is rotate90 (square images any k, others k even)
+    for (h, w), k in (((6, 6), 1), ((6, 6), 3), ((4, 6), 2), ((4, 6), 0)):
+        img = np.random.default_rng(k).random((2, h, w, 3))
+        perm = transforms.pixel_permutation(h, w, k)
+        np.testing.assert_array_equal(img.reshape(2, h * w, 3)[:, perm].reshape(
+            transforms.rotate90(img, k).shape), transforms.rotate90(img, k))
+    with pytest.raises(ValueError, match="square"):
+        transforms.pixel_permutation(4, 6, 1)
+    t = transforms.ClusterTransform(rot=1, invert=1.0, label_shift=3)
+    tx, ty = t(x, y)
+    np.testing.assert_array_equal(tx, transforms.invert(transforms.rotate90(x, 1)))
+    np.testing.assert_array_equal(ty, (y + 3) % 10)
 
 
 def test_disjoint_shards_srfca_layout():
