@@ -65,6 +65,15 @@ class FederatedData:
         return tuple(self.x.shape[2:])
 
     @property
+    def n_max(self) -> int:
+        """Train slots per client (x.shape[1]); read this rather than x.shape on views."""
+        return int(self.y.shape[1])
+
+    @property
+    def n_test_max(self) -> int:
+        return int(self.y_test.shape[1])
+
+    @property
     def num_true_clusters(self) -> int:
         c = np.asarray(self.cluster)
         return int(c.max()) + 1 if (c >= 0).any() else 0

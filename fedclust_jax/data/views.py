@@ -132,6 +132,15 @@ class FederatedViews:
         return tuple(self.pool_x.shape[1:])
 
     @property
+    def n_max(self) -> int:
+        """Train slots per client (x.shape[1], without materialising x)."""
+        return int(self.index.shape[1])
+
+    @property
+    def n_test_max(self) -> int:
+        return int(self.index_test.shape[1])
+
+    @property
     def num_true_clusters(self) -> int:
         c = np.asarray(self.cluster)
         return int(c.max()) + 1 if (c >= 0).any() else 0

@@ -68,6 +68,7 @@ def test_views_equal_materialised_recipe(mnist_dir, name, params):
     idx = jnp.array([3, 0, 3, 1])
     assert_same(v.take(idx), d.take(idx))
     assert v.feature_shape == d.feature_shape and v.num_classes == d.num_classes == 10
+    assert (v.n_max, v.n_test_max) == (d.n_max, d.n_test_max) == (d.x.shape[1], d.x_test.shape[1])
     assert v.num_true_clusters == d.num_true_clusters and v.num_clients == d.num_clients
 
 
