@@ -21,7 +21,7 @@ Every step is an exact float32 operation or a gather, so a view reads bit-for-bi
 materialised recipe stores (``tests/data/test_views.py``). The byte -> value step is a table
 gather, not ``b / 255``: XLA rewrites that division as a multiplication by 1/255, which
 differs from numpy's division in the last bit for some bytes. On the 2-core CPU a read of
-200 clients x 50 MNIST images took 60-110 ms (views) against 30 ms (a slice of materialised
+200 clients x 50 MNIST images took 60-110 ms in two runs (views) against 30 ms (a slice of materialised
 arrays), under load 13; one 784 x 200 MLP layer on the same batch took 130 ms.
 
 Memory: the pool (MNIST 70,000 x 784 bytes = 55 MB) once, plus per client
@@ -42,6 +42,7 @@ from flax import struct
 
 from fedclust_jax.data.federated import FederatedData, check_dtype, tree_nbytes
 from fedclust_jax.data.transforms import ClusterTransform, pixel_permutation
+
 
 @struct.dataclass
 class FederatedViews:
