@@ -17,8 +17,9 @@ __all__ = ["FedAvg", "FedAvgConfig", "IFCA", "IFCAConfig", "Local", "LocalConfig
 from fedclust_jax.algorithms.brifca import BRIFCA, BRIFCAConfig  # noqa: E402
 from fedclust_jax.algorithms.ditto import Ditto, DittoConfig  # noqa: E402
 from fedclust_jax.algorithms.three_stage import ThreeStage, ThreeStageConfig  # noqa: E402
-from fedclust_jax.algorithms.threshold import (FCConfig, FederatedClustering, MCConfig,  # noqa: E402
-                                               MomentumClustering, Myopic, MyopicConfig)
+from fedclust_jax.algorithms.fc import FCConfig, FederatedClustering  # noqa: E402
+from fedclust_jax.algorithms.mc import MCConfig, MomentumClustering  # noqa: E402
+from fedclust_jax.algorithms.myopic import Myopic, MyopicConfig  # noqa: E402
 
 __all__ += ["BRIFCA", "BRIFCAConfig", "Ditto", "DittoConfig", "ThreeStage", "ThreeStageConfig",
             "FCConfig", "FederatedClustering", "MCConfig", "MomentumClustering", "Myopic",

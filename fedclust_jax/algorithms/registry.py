@@ -23,8 +23,9 @@ from fedclust_jax.algorithms.brifca import BRIFCA, BRIFCAConfig
 from fedclust_jax.algorithms.ditto import Ditto, DittoConfig
 from fedclust_jax.algorithms.knn_per import KNNPer, KNNPerConfig
 from fedclust_jax.algorithms.three_stage import ThreeStage, ThreeStageConfig
-from fedclust_jax.algorithms.threshold import (FCConfig, FederatedClustering, MCConfig,
-                                               MomentumClustering, Myopic, MyopicConfig)
+from fedclust_jax.algorithms.fc import FCConfig, FederatedClustering
+from fedclust_jax.algorithms.mc import MCConfig, MomentumClustering
+from fedclust_jax.algorithms.myopic import Myopic, MyopicConfig
 from fedclust_jax.core.train import LocalTraining
 
 LOCAL_KEYS = tuple(f.name for f in dataclasses.fields(LocalTraining))

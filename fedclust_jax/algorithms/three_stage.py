@@ -31,7 +31,8 @@ from fedclust_jax.attacks import ByzantineSetting, attack_from_config
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
 from fedclust_jax.attacks.rounds import byzantine_gradients
 from fedclust_jax.core.clients import map_clients
-from fedclust_jax.core.kmeans import kmeans_plus_plus, sq_distances
+from fedclust_jax.core.kmeans import kmeans_plus_plus
+from fedclust_jax.core.pairwise import sq_distances
 from fedclust_jax.core.losses import loss_matrix
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked

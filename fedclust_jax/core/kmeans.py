@@ -6,14 +6,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-
-def sq_distances(points: jax.Array, centres: jax.Array) -> jax.Array:
-    """[N, k] squared Euclidean distances, through centred Gram terms (points [N, P],
-    centres [k, P]); the common mean is subtracted first to keep float32 precise."""
-    shift = points.mean(axis=0)
-    p, c = points - shift, centres - shift
-    d = (p * p).sum(1)[:, None] - 2.0 * p @ c.T + (c * c).sum(1)[None, :]
-    return jnp.maximum(d, 0.0)
+from fedclust_jax.core.pairwise import sq_distances
 
 
 def kmeans_plus_plus(key, points, k: int, weights=None) -> jax.Array:
