@@ -217,11 +217,7 @@ def cluster_trimmed_mean(values, assign, previous, beta: float, *, method: str =
     """
     if not 0 <= beta < 0.5:
         raise ValueError(f"trimming fraction beta must be in [0, 0.5), got {beta}")
-    method = _check_method(method)
-    fn = {"packed": lambda f, a, k: _trmean_packed(f, a, k, beta),
-          "masked": lambda f, a, k: _trmean_masked(f, a, k, beta),
-          "numpy": lambda f, a, k: _numpy_reduce(f, a, k, "trmean", beta=beta)}[method]
-    return _leafwise(fn, values, assign, previous)
+    return _coordinatewise("trmean", beta, values, assign, previous, method)
 
 
 def cluster_median(values, assign, previous, *, median: str = "mid", method: str = "auto"):
@@ -233,10 +229,22 @@ def cluster_median(values, assign, previous, *, median: str = "mid", method: str
     """
     if median not in MEDIANS:
         raise ValueError(f"median must be one of {MEDIANS}, got {median!r}")
+    return _coordinatewise("median", median, values, assign, previous, method)
+
+
+_SORTED = {"trmean": {"packed": _trmean_packed, "masked": _trmean_masked},
+           "median": {"packed": _median_packed, "masked": _median_masked}}
+
+
+def _coordinatewise(kind, option, values, assign, previous, method):
+    """A coordinate-wise rule ("trmean" with option beta, "median" with option the median
+    kind) through the sorting backend ``method``, leaf by leaf."""
     method = _check_method(method)
-    fn = {"packed": lambda f, a, k: _median_packed(f, a, k, median),
-          "masked": lambda f, a, k: _median_masked(f, a, k, median),
-          "numpy": lambda f, a, k: _numpy_reduce(f, a, k, "median", median=median)}[method]
+    if method == "numpy":
+        opts = dict(beta=option) if kind == "trmean" else dict(median=option)
+        fn = lambda f, a, k: _numpy_reduce(f, a, k, kind, **opts)
+    else:
+        fn = lambda f, a, k: _SORTED[kind][method](f, a, k, option)
     return _leafwise(fn, values, assign, previous)
 
 

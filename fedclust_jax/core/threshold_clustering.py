@@ -47,7 +47,7 @@ def threshold_clustering(points, centers, *, iters: int, radius=None, quantile=N
         [K, N] x [N, P] product at the end. Faster when N is small against P: FC's subgroups
         (N = 19, P = 159,010, l = 10, quiet 2-core CPU) 7.5 ms against 9.6 ms a client
         (benchmarks/threshold_tc_methods.py).
-        tests/test_threshold.py checks that the two agree.
+        tests/core/test_threshold_clustering.py checks that the two agree.
     """
     if (radius is None) == (quantile is None):
         raise ValueError("threshold_clustering needs exactly one of radius or quantile")
