@@ -33,9 +33,9 @@ the authors' code keeps all components).
                                                     their clients unassigned until the
                                                     next RECLUSTER
 
-Hyperparameters outside the variant (the paper leaves them open; the code's values are in
-benchmarks/results/srfca_mnist.md): lam or lam_quantile (the
-code's lambda = q-quantile of the ONE_SHOT pairwise distances), t, beta, one_shot_steps,
+Hyperparameters outside the variant (the paper leaves their values open;
+benchmarks/srfca_mnist.py uses the code's MNIST values): lam or lam_quantile (the code's
+lambda = q-quantile of the ONE_SHOT pairwise distances), t, beta, one_shot_steps,
 rounds_per_refine, clients_per_cluster (None = all members train each round, as the
 paper; the code draws S = 10 per cluster per round) and max_participants (with
 clients_per_cluster, at most M clients train per round, a static buffer filled

@@ -21,16 +21,10 @@ Sorting backends for the coordinate-wise rules (``method``):
     the host walks the batch axes).
   "auto": "packed" on CPU, "masked" elsewhere (off CPU a callback would copy to the host;
     not measured on an accelerator here).
-On the quiet 2-core CPU (benchmarks/robust_aggregators.py, results/robust_aggregators.md)
-the masked sorts are ~10x slower than the packed one. Alone, "numpy" beats "packed": median
-0.61 vs 1.65 s, trimmed mean 1.06 vs 1.80 s at N = 1000, d = 50k, K = 4; 0.59 vs 1.42 s and
-0.99 vs 1.47 s at N = 300, d = 159k; 0.39 vs 0.52 s and 0.44 vs 0.57 s vmapped over 50
-trials of N = 400, d = 1000, K = 10. It is not the default: it loops over clusters (and
-batch elements) on the host, and a whole BR-IFCA Figure 1 setting (k = 5, m = 200, d = 100,
-50 trials x 300 rounds; ``brifca_figure1.py --sort-method``) took 59.2 / 61.7 s with it
-against 57.8 / 51.4 s with "packed" (median / trimmed mean): aggregation is a small part of
-a round.
-All variants agree with float64 numpy up to float32 rounding (tests/test_robust.py).
+"numpy" is the fastest alone on the 2-core CPU but loops over clusters on the host and
+did not speed up whole BR-IFCA runs; measured times: benchmarks/results/robust_aggregators.md
+and brifca_figure1.md.
+All variants agree with float64 numpy up to float32 rounding (tests/core/test_robust.py).
 """
 
 from __future__ import annotations

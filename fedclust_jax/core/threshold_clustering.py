@@ -44,9 +44,8 @@ def threshold_clustering(points, centers, *, iters: int, radius=None, quantile=N
       "gram": v_k = a_k v0_k + sum_i c_ki z_i stays in the span of its start and the points,
         so the iterations run on (a [K], c [K, N]) with distances from the Gram matrix of the
         mean-centred points: one [N, P] x [P, N] product, O(iters N^2 K) iterations, one
-        [K, N] x [N, P] product at the end. Faster when N is small against P: FC's subgroups
-        (N = 19, P = 159,010, l = 10, quiet 2-core CPU) 7.5 ms against 9.6 ms a client
-        (benchmarks/threshold_tc_methods.py).
+        [K, N] x [N, P] product at the end. Faster when N is small against P (FC's
+        subgroups; benchmarks/results/threshold_tc_methods.md).
         tests/core/test_threshold_clustering.py checks that the two agree.
     """
     if (radius is None) == (quantile is None):
