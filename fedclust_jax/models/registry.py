@@ -23,12 +23,13 @@ def _mlp(data, hidden=(200,), **params):
     return mlp((math.prod(data.feature_shape), *hidden, out), task=data.task, **params)
 
 
-def _affine_flow(data, **params):
-    return affine_flow(math.prod(data.feature_shape), **params)
+def _affine_flow(data, structure="triangular", init_scale=1.0):
+    return affine_flow(math.prod(data.feature_shape), structure=structure, init_scale=init_scale)
 
 
-def _real_nvp(data, **params):
-    return real_nvp(tuple(data.feature_shape[:2]), **params)
+def _real_nvp(data, depth=8, hidden=128, mask="cyclic", alpha=0.05, dequantize=1.0 / 256):
+    return real_nvp(tuple(data.feature_shape[:2]), depth=depth, hidden=hidden, mask=mask,
+                    alpha=alpha, dequantize=dequantize)
 
 
 MODELS: dict[str, Callable] = {"linear": _linear, "mlp": _mlp}
