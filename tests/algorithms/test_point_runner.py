@@ -88,3 +88,13 @@ def test_uifca_rejects_a_model_that_is_not_a_flow():
         build_algorithm("uifca", object(), UIFCA_PARAMS, data)
     with pytest.raises(ValueError, match="square images"):
         build_algorithm("clustergan", None, dict(num_clusters=2), data)
+
+
+def test_uifca_init_assign_kfed_starts_from_kfed():
+    data = points()
+    alg = build_algorithm("uifca", build_model(None, data),
+                          dict(UIFCA_PARAMS, init_assign="kfed"), data)
+    key = jax.random.key(3)
+    from fedclust_jax.core.kmeans import kfed
+    want = kfed(jax.random.split(key)[1], data.x, data.count, 2).assign
+    np.testing.assert_array_equal(alg.init(key, data).assign, want)
