@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from fedclust_jax.core.robust import threshold_clustering
+from fedclust_jax.core.threshold_clustering import threshold_clustering
 from fedclust_jax.data.robust_synthetic import blobs
 
 SIGMAS = (0.5, 1.0, 2.0, 4.0)

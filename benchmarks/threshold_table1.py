@@ -62,7 +62,7 @@ from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
 from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
 from fedclust_jax.algorithms.knn_per import KNNPer, KNNPerConfig
 from fedclust_jax.algorithms.local import Local, LocalConfig
-from fedclust_jax.algorithms.threshold import FCConfig, FederatedClustering
+from fedclust_jax.algorithms.fc import FCConfig, FederatedClustering
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.data.recipes import personalized_mnist
 from fedclust_jax.models.mlp import mlp

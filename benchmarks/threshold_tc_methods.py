@@ -21,7 +21,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from fedclust_jax.core.robust import TC_METHODS, threshold_clustering
+from fedclust_jax.core.threshold_clustering import TC_METHODS, threshold_clustering
 from fedclust_jax.data.recipes import personalized_mnist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -57,7 +57,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedclust_jax.algorithms.kfed import kfed
-from fedclust_jax.algorithms.uifca import UIFCAConfig, run_uifca, true_points
+from fedclust_jax.algorithms.uifca import UIFCAConfig, run_uifca
+from fedclust_jax.data.points import true_points
 from fedclust_jax.data.points import points_from_pools
 from fedclust_jax.metrics import purity
 from fedclust_jax.models.flows import affine_flow

@@ -30,8 +30,8 @@ import numpy as np
 from sklearn.metrics import normalized_mutual_info_score
 
 from fedclust_jax.algorithms.kfed import kfed
-from fedclust_jax.algorithms.uifca import (INIT_ASSIGNS, UIFCA, UIFCAConfig, run_uifca,
-                                           standardize_points, true_points)
+from fedclust_jax.algorithms.uifca import INIT_ASSIGNS, UIFCA, UIFCAConfig, run_uifca
+from fedclust_jax.data.points import true_points
 from fedclust_jax.data.points import gaussian_clusters, subspace_clusters
 from fedclust_jax.metrics import adjusted_rand_index, misclustering, purity
 from fedclust_jax.models.flows import affine_flow
@@ -87,8 +87,6 @@ def initial_splits(cfg: UIFCAConfig, draws: int, scaling: str) -> str:
     for p in PS:
         k_data, _, k_uifca = jax.random.split(jax.random.key(int(100 * p)), 3)
         data = gaussian_clusters(k_data, heterogeneity=p, scaling=scaling)
-        if cfg.standardize:
-            data = standardize_points(data)
         truth = true_points(data).ravel()
         assign = np.asarray(jax.vmap(lambda k: alg.init(k, data).assign)(
             jax.random.split(k_uifca, draws))).reshape(draws, -1)

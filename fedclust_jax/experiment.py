@@ -23,6 +23,7 @@ import numpy as np
 from fedclust_jax import checkpoint as ckpt
 from fedclust_jax import metrics
 from fedclust_jax.algorithms.registry import ALGORITHMS, build_algorithm, make_config
+from fedclust_jax.data.points import true_points
 from fedclust_jax.data.registry import DATASETS, build_dataset
 from fedclust_jax.models.registry import build_model
 
@@ -136,6 +137,8 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
 def summarize(alg, evaluation: dict, data) -> dict:
     """Client-averaged scalar metrics from ``alg.evaluate`` output (numpy, host side)."""
     ev = {k: v if k == "cluster_params" else np.asarray(v) for k, v in evaluation.items()}
+    if "point_assign" in ev:    # algorithms that cluster points, not clients (UIFCA, k-FED)
+        return point_summary(ev, data)
     out = {"test_loss": metrics.client_mean(ev["test_loss"], data.count_test),
            "assigned_test_loss": metrics.client_mean(ev["assigned_test_loss"], data.count_test)}
     if data.task == "classification":
@@ -152,6 +155,22 @@ def summarize(alg, evaluation: dict, data) -> dict:
         if est is not None and len(est) >= len(data.true_params):
             out["param_error"] = metrics.parameter_error(est, data.true_params, "hungarian")
             out["param_error_nearest"] = metrics.parameter_error(est, data.true_params, "nearest")
+    return out
+
+
+def point_summary(ev: dict, data) -> dict:
+    """Point-level metrics of ev["point_assign"] int[N, n_max] (-1 on padding): clusters
+    found, the objective, and where the data carry point_cluster, purity, misclustering
+    (Hungarian matching) and ARI over the real points."""
+    assign = np.asarray(ev["point_assign"])
+    out = {"num_clusters_found": int(len(np.unique(assign[assign >= 0])))}
+    if "objective" in ev:
+        out["objective"] = float(ev["objective"])
+    truth = None if data.point_cluster is None else true_points(data).ravel()
+    found = assign.ravel()
+    out["purity"] = None if truth is None else metrics.purity(found, truth)
+    out["misclustering"] = None if truth is None else metrics.misclustering(found, truth)
+    out["ari"] = None if truth is None else metrics.adjusted_rand_index(found, truth)
     return out
 
 
@@ -207,7 +226,8 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
     }
 
 
-TABLE_COLUMNS = (("test_acc", "acc"), ("test_loss", "loss"), ("misclustering", "miscl"),
+TABLE_COLUMNS = (("test_acc", "acc"), ("test_loss", "loss"), ("purity", "purity"),
+                 ("misclustering", "miscl"),
                  ("ari", "ARI"), ("param_error", "param err"), ("num_clusters_found", "K found"))
 
 

@@ -8,7 +8,7 @@ from fedclust_jax.algorithms.cfl import CFL, CFLConfig
 from fedclust_jax.algorithms.fedsoft import FedSoft, FedSoftConfig
 from fedclust_jax.algorithms.local_kmeans import LocalKMeans, LocalKMeansConfig
 from fedclust_jax.algorithms.oneshot_ifca import OneShotIFCA, OneShotIFCAConfig
-from fedclust_jax.algorithms.uifca import UIFCA, UIFCAConfig, run_uifca  # point-level, not in ALGORITHMS
+from fedclust_jax.algorithms.uifca import UIFCA, UIFCAConfig, run_uifca  # point clustering
 from fedclust_jax.algorithms.kfed import kfed
 
 __all__ = ["FedAvg", "FedAvgConfig", "IFCA", "IFCAConfig", "Local", "LocalConfig", "SRFCA", "SRFCAConfig",
@@ -17,8 +17,9 @@ __all__ = ["FedAvg", "FedAvgConfig", "IFCA", "IFCAConfig", "Local", "LocalConfig
 from fedclust_jax.algorithms.brifca import BRIFCA, BRIFCAConfig  # noqa: E402
 from fedclust_jax.algorithms.ditto import Ditto, DittoConfig  # noqa: E402
 from fedclust_jax.algorithms.three_stage import ThreeStage, ThreeStageConfig  # noqa: E402
-from fedclust_jax.algorithms.threshold import (FCConfig, FederatedClustering, MCConfig,  # noqa: E402
-                                               MomentumClustering, Myopic, MyopicConfig)
+from fedclust_jax.algorithms.fc import FCConfig, FederatedClustering  # noqa: E402
+from fedclust_jax.algorithms.mc import MCConfig, MomentumClustering  # noqa: E402
+from fedclust_jax.algorithms.myopic import Myopic, MyopicConfig  # noqa: E402
 
 __all__ += ["BRIFCA", "BRIFCAConfig", "Ditto", "DittoConfig", "ThreeStage", "ThreeStageConfig",
             "FCConfig", "FederatedClustering", "MCConfig", "MomentumClustering", "Myopic",

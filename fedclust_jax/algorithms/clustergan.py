@@ -43,8 +43,12 @@ Unspecified in [T] and chosen here: one "local batch update" is one generator up
 its critic updates; M = 100 local updates per communication round and 800 communication
 rounds (UIFCA's T tau = 20 x 40 with M = 100: the same number of communication rounds and
 local updates as UIFCA gets in Table 4.3); B = 64 (the code's default batch).
-Point-level: evaluated by ``run_clustergan`` / the benchmarks, not by the supervised
-experiment runner, and not in ``ALGORITHMS``.
+Runs go through the experiment runner (``fedclust-jax run --algorithm clustergan`` on a
+point dataset of images; the networks are built from the config and the data's image
+shape, ``width`` and ``fc_width`` setting their size) or ``run_clustergan`` (purity curves
+for the benchmarks). ``evaluate`` returns the point assignment, which the runner scores
+against ``data.point_cluster``. ClusterGAN has no label-free training objective to pick
+among restarts: ``objective`` is NaN and the runner keeps the first restart.
 """
 
 from __future__ import annotations
@@ -63,11 +67,11 @@ from flax import struct
 from fedclust_jax.algorithms.base import check_chunk
 from fedclust_jax.core.aggregate import global_mean
 from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.optim import OPTIMIZERS, make_optimizer
 from fedclust_jax.data.federated import example_mask
+from fedclust_jax.data.points import true_points
 from fedclust_jax.metrics import purity
-from fedclust_jax.models.clustergan import ClusterGANNets
-
-OPTIMIZERS = ("sgd", "adam")
+from fedclust_jax.models.clustergan import ClusterGANNets, clustergan_nets
 NOISE_LOSSES = ("sum", "mean")
 GP_MIXES = ("per_sample", "per_batch")
 
@@ -80,8 +84,9 @@ class ClusterGANConfig:
     local_steps: M generator updates per client per round; batch_size: B; lr; optimizer:
     "sgd" | "adam"; noise_loss: "sum" | "mean"; gp_mix: "per_sample" | "per_batch" (module
     docstring); chunk: clients per vectorized chunk (None = vmap all); eval_batch: points
-    per encoder call when assigning. Defaults: the paper's MNIST ClusterGAN, [T]'s SGD
-    lr 5e-3, and the round counts of the module docstring."""
+    per encoder call when assigning; width, fc_width: network size when the runner builds
+    the networks (``models.clustergan.clustergan_nets``). Defaults: the paper's MNIST
+    ClusterGAN, [T]'s SGD lr 5e-3, and the round counts of the module docstring."""
 
     num_clusters: int = 4
     noise_dim: int = 30
@@ -99,13 +104,15 @@ class ClusterGANConfig:
     gp_mix: str = "per_sample"
     chunk: int | None = None
     eval_batch: int = 1024
+    width: int = 64
+    fc_width: int = 1024
 
     def __post_init__(self):
         k = self.num_clusters
         if not isinstance(k, (int, np.integer)) or k < 2:
             raise ValueError(f"ClusterGAN needs K >= 2 clusters (an integer), got {k!r}")
         for name in ("noise_dim", "critic_steps", "comm_rounds", "local_steps", "batch_size",
-                     "eval_batch"):
+                     "eval_batch", "width", "fc_width"):
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -168,7 +175,8 @@ def generator_loss(nets: ClusterGANNets, cfg: ClusterGANConfig, gen_enc, critic_
 
 
 def _optimizer(cfg: ClusterGANConfig):
-    return optax.sgd(cfg.lr) if cfg.optimizer == "sgd" else optax.adam(cfg.lr, b1=0.5, b2=0.9)
+    """SGD, or Adam with the authors' code's beta1 0.5, beta2 0.9."""
+    return make_optimizer(cfg.optimizer, cfg.lr, b1=0.5, b2=0.9)
 
 
 def local_update(nets: ClusterGANNets, cfg: ClusterGANConfig, params, x, count, key):
@@ -233,6 +241,7 @@ class ClusterGAN:
     """ClusterGAN + FedAvg over ``ClusterGANNets``; pure methods init / round / assign."""
 
     name = "clustergan"
+    clusters_points = True
 
     def __init__(self, nets: ClusterGANNets, cfg: ClusterGANConfig = ClusterGANConfig()):
         if nets.num_clusters != cfg.num_clusters or nets.noise_dim != cfg.noise_dim:
@@ -272,23 +281,32 @@ class ClusterGAN:
         return assign_points(self.nets, state.params["encoder"], data.x, data.count,
                              eval_batch=self.cfg.eval_batch)
 
+    def objective(self, state: ClusterGANState, data):
+        """NaN: ClusterGAN has no label-free objective to compare restarts by."""
+        return jnp.float32(jnp.nan)
+
     def evaluate(self, state: ClusterGANState, data) -> dict:
-        """assign [N, n_max] and, where the data carry point_cluster, purity (host float)."""
-        out = dict(assign=self._assign(state, data))
-        if data.point_cluster is not None:
-            out["purity"] = purity(out["assign"], _true_points(data))
-        return out
+        """point_assign int32[N, n_max] (encoder argmax, -1 on padding); jit-able."""
+        return dict(point_assign=self.assign(state, data))
+
+
+def build(model, cfg: ClusterGANConfig, data) -> ClusterGAN:
+    """The registry's builder: ClusterGAN with networks for ``data``'s images (feature
+    shape (s, s) or (s, s, C)); ``model`` is not used."""
+    shape = tuple(data.feature_shape)
+    if len(shape) not in (2, 3) or shape[0] != shape[1]:
+        raise ValueError(f"ClusterGAN needs square images (s, s) or (s, s, C) as points, the "
+                         f"data have feature shape {shape}")
+    nets = clustergan_nets(cfg.num_clusters, noise_dim=cfg.noise_dim, size=shape[0],
+                           channels=shape[2] if len(shape) == 3 else 1, width=cfg.width,
+                           fc_width=cfg.fc_width)
+    return ClusterGAN(nets, cfg)
 
 
 @functools.lru_cache(maxsize=8)
 def _algorithm(nets: ClusterGANNets, cfg: ClusterGANConfig) -> ClusterGAN:
     """One ``ClusterGAN`` (and its compiled round) per (networks object, config)."""
     return ClusterGAN(nets, cfg)
-
-
-def _true_points(data) -> np.ndarray:
-    mask = np.asarray(example_mask(data.count, data.x.shape[1]))
-    return np.where(mask, np.asarray(data.point_cluster), -1)
 
 
 def run_clustergan(nets: ClusterGANNets, data, key, cfg: ClusterGANConfig = ClusterGANConfig(),
@@ -317,8 +335,9 @@ def run_clustergan(nets: ClusterGANNets, data, key, cfg: ClusterGANConfig = Clus
 
     def record(state):
         hist["round"].append(int(state.round))
-        out = alg.evaluate(state, data)
-        if "purity" in out:
+        out = dict(assign=alg._assign(state, data))
+        if data.point_cluster is not None:
+            out["purity"] = purity(out["assign"], true_points(data))
             hist["purity"].append(out["purity"])
         if verbose:
             losses = (f" critic {hist['critic_loss'][-1]:.3f} generator "

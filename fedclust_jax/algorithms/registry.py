@@ -20,11 +20,16 @@ from fedclust_jax.algorithms.fedsoft import FedSoft, FedSoftConfig
 from fedclust_jax.algorithms.local_kmeans import LocalKMeans, LocalKMeansConfig
 from fedclust_jax.algorithms.oneshot_ifca import OneShotIFCA, OneShotIFCAConfig
 from fedclust_jax.algorithms.brifca import BRIFCA, BRIFCAConfig
+from fedclust_jax.algorithms import clustergan
+from fedclust_jax.algorithms.clustergan import ClusterGANConfig
+from fedclust_jax.algorithms.kfed import KFed, KFedConfig
+from fedclust_jax.algorithms.uifca import UIFCA, UIFCAConfig
 from fedclust_jax.algorithms.ditto import Ditto, DittoConfig
 from fedclust_jax.algorithms.knn_per import KNNPer, KNNPerConfig
 from fedclust_jax.algorithms.three_stage import ThreeStage, ThreeStageConfig
-from fedclust_jax.algorithms.threshold import (FCConfig, FederatedClustering, MCConfig,
-                                               MomentumClustering, Myopic, MyopicConfig)
+from fedclust_jax.algorithms.fc import FCConfig, FederatedClustering
+from fedclust_jax.algorithms.mc import MCConfig, MomentumClustering
+from fedclust_jax.algorithms.myopic import Myopic, MyopicConfig
 from fedclust_jax.core.train import LocalTraining
 
 LOCAL_KEYS = tuple(f.name for f in dataclasses.fields(LocalTraining))
@@ -67,6 +72,13 @@ def _oracle(model, params, data):
 
 _oracle.config_cls = IFCAConfig
 
+
+def _clustergan(model, params, data):
+    return clustergan.build(model, make_config(ClusterGANConfig, params, "clustergan"), data)
+
+
+_clustergan.config_cls = ClusterGANConfig
+
 ALGORITHMS: dict[str, Callable] = {
     # IFCA paper: IFCA and its baselines
     "fedavg": _simple(FedAvg, FedAvgConfig),
@@ -88,6 +100,10 @@ ALGORITHMS: dict[str, Callable] = {
     "myopic": _simple(Myopic, MyopicConfig),
     "ditto": _simple(Ditto, DittoConfig),
     "knn-per": _simple(KNNPer, KNNPerConfig),
+    # UIFCA thesis chapter 4: points, not clients, carry clusters (point datasets)
+    "uifca": _simple(UIFCA, UIFCAConfig),
+    "kfed": _simple(KFed, KFedConfig),
+    "clustergan": _clustergan,
 }
 ALGORITHM_HELP = {
     "fedavg": "FedAvg: one global model (IFCA paper's 'global' baseline)",
@@ -107,6 +123,9 @@ ALGORITHM_HELP = {
     "myopic": "Myopic-Clustering strawman: k-means of the current gradients",
     "ditto": "Ditto (Li et al.): FedAvg plus proximal personal models (lambda)",
     "knn-per": "kNN-Per (Marfoq et al.): FedAvg model mixed with a local kNN predictor (lam)",
+    "uifca": "UIFCA: K flows cluster every client's points (--model affine-flow | real-nvp; point datasets)",
+    "kfed": "k-FED (Dennis et al.): one-shot federated k-means of the clients' points (point datasets)",
+    "clustergan": "ClusterGAN + FedAvg: points clustered by the encoder (point datasets of images)",
 }
 
 

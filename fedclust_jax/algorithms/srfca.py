@@ -4,36 +4,45 @@
   1. TrimmedMeanGD per cluster: ``rounds_per_refine`` FedAvg rounds whose server step is the
      coordinate-wise beta-trimmed mean of the participants' models after ``local.steps``
      local steps (equal to the trimmed mean of their updates: they start from one point).
+     FedAvg round j of REFINE r (0-based) uses lr * lr_decay^(r * rounds_per_refine + j).
   2. RECLUSTER: every client (unassigned ones included) joins the nearest active cluster,
      dist(w_i, omega_c) with w_i its ONE_SHOT model.
   3. MERGE: clusters whose models are within lambda form a graph; each connected component
      becomes one cluster whose model is the plain average of its members' models.
 Clusters live on a static K_max axis with an ``active`` mask; active clusters always
-occupy slots 0..C-1.
+occupy slots 0..C-1. The MERGE "size >= t" filter is not applied (a typo in the paper;
+the authors' code keeps all components).
 
-Paper defaults, with the authors' code behaviour as labelled options:
-  graph="components" (paper) | "pivot" (code: greedy random-pivot clustering; its size
-    rule keeps clusters of > t clients, i.e. use t + 1).
-  refine_init="continue" (paper: cluster models carry over, merged = averaged) |
-    "common" (restart every REFINE from the common w_0) | "fresh" (code: new random init).
-  clients_per_cluster=None (paper: all members train each round) | S (code: S members
-    drawn per cluster per round, 10 for MNIST).
-  max_participants=None | M: with clients_per_cluster, at most M clients train per round
-    (a static buffer filled round-robin over clusters, so a short budget trims every
-    cluster's draw about equally);
-    None = min(N, K_max * S), which never drops a drawn client.
-  drop_small=False | True (code: clusters with fewer than t clients after RECLUSTER are
-    dropped; their clients are unassigned until the next RECLUSTER).
-  lam_quantile=None | q (code: lambda = q-quantile of ONE_SHOT pairwise distances).
-  one_shot_init="common" (paper: every client starts ONE_SHOT from one w_0) |
-    "independent" (code: every client's model has its own random init).
-  sequential=False (paper: the participants train in parallel from the cluster model) |
-    True (code: its server hands every participant the same parameter tensors, so a
-    cluster's participants train one after another, in random order, on one model, and
-    the trimmed mean is over the sequence's checkpoints; ``core.clients.chain_clients``).
-    This is what lets the code's REFINE schedule (5 local steps x 10 clients per round)
-    train as far as the paper reports; see benchmarks/results/srfca_mnist.md.
-The MERGE "size >= t" filter is not applied (a typo in the paper; the code keeps all).
+``variant`` sets five choices together; a field set explicitly overrides it (ablations):
+
+  field          "paper" (default)                  "authors-code"
+  graph          "components": connected components "pivot": greedy random-pivot
+                                                    clustering (its size rule keeps > t
+                                                    clients: give t + 1 to match)
+  refine_init    "continue": cluster models carry   "fresh": every REFINE restarts the
+                 over, merged = averaged            cluster models from a new random init
+  one_shot_init  "common": all clients start        "independent": every client's model
+                 ONE_SHOT from one w_0              has its own random init
+  sequential     False: a cluster's participants    True: they train one after another on
+                 train in parallel from its model   one model (the code's server hands all
+                                                    of them the same tensors); the trimmed
+                                                    mean is over the sequence's checkpoints
+                                                    (``core.clients.chain_clients``)
+  drop_small     False                              True: clusters with fewer than t
+                                                    clients after RECLUSTER are dropped,
+                                                    their clients unassigned until the
+                                                    next RECLUSTER
+
+Hyperparameters outside the variant (the paper leaves their values open;
+benchmarks/srfca_mnist.py uses the code's MNIST values): lam or lam_quantile (the code's
+lambda = q-quantile of the ONE_SHOT pairwise distances), t, beta, one_shot_steps,
+rounds_per_refine, clients_per_cluster (None = all members train each round, as the
+paper; the code draws S = 10 per cluster per round) and max_participants (with
+clients_per_cluster, at most M clients train per round, a static buffer filled
+round-robin over clusters; None = min(N, K_max * S), which never drops a drawn client).
+refine_init="common" (every REFINE restarts from the common w_0) is a third option.
+With "sequential" the code's REFINE schedule (5 local steps x 10 clients per round)
+trains as far as the paper reports (benchmarks/results/srfca_mnist.md).
 """
 
 from __future__ import annotations
@@ -59,40 +68,62 @@ from fedclust_jax.core.robust import cluster_trimmed_mean
 from fedclust_jax.core.train import LocalTraining, local_train
 
 REFINE_INITS = ("continue", "common", "fresh")
+VARIANTS = {
+    "paper": dict(graph="components", refine_init="continue", one_shot_init="common",
+                  sequential=False, drop_small=False),
+    "authors-code": dict(graph="pivot", refine_init="fresh", one_shot_init="independent",
+                         sequential=True, drop_small=True),
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class SRFCAConfig:
-    """lam: threshold lambda (same loss scale as the distance: mean cross-entropy here;
-    the authors' code's lambdas are on mean CE / batch size); lam_quantile: code option,
-    overrides lam; t: minimum ONE_SHOT component size; beta: trimming fraction in [0, 0.5);
-    metric: "cross_loss" (Def. 5.1, the experiments) or "l2" (the theory);
-    one_shot_steps: T local steps of ONE_SHOT; rounds_per_refine: FedAvg rounds of
-    TrimmedMeanGD in one REFINE (each ``local.steps`` local steps); k_max: size of the
-    cluster axis (None = N // t, enough for any ONE_SHOT outcome; smaller is faster and
-    keeps only the k_max largest ONE_SHOT clusters); the rest as in the module doc."""
+    """variant: "paper" | "authors-code", the five code choices of the module docstring;
+    graph, refine_init, one_shot_init, sequential, drop_small: None = as the variant, a
+    value overrides it. The paper's hyperparameters: lam (threshold lambda, on the
+    distance's scale: mean cross-entropy here; the code's lambdas are on mean CE / batch
+    size), t (minimum ONE_SHOT component size), beta (trimming fraction in [0, 0.5)),
+    metric ("cross_loss", Def. 5.1, the experiments; "l2", the theory). Schedule:
+    one_shot_steps (T local steps of ONE_SHOT), rounds_per_refine (FedAvg rounds of
+    TrimmedMeanGD per REFINE, each ``local.steps`` local steps), clients_per_cluster,
+    max_participants, lam_quantile (module docstring). k_max: size of the cluster axis
+    (None = N // t, enough for any ONE_SHOT outcome; smaller is faster and keeps only the
+    k_max largest ONE_SHOT clusters). ``resolved()`` gives the config with the variant's
+    values filled in."""
 
+    variant: str = "paper"
     lam: float | None = 1.0
     lam_quantile: float | None = None
     t: int = 2
     beta: float = 0.15
     metric: str = "cross_loss"
-    graph: str = "components"
     one_shot_steps: int = 100
     rounds_per_refine: int = 10
     clients_per_cluster: int | None = None
     max_participants: int | None = None
-    refine_init: str = "continue"
-    one_shot_init: str = "common"
-    sequential: bool = False
-    drop_small: bool = False
+    graph: str | None = None
+    refine_init: str | None = None
+    one_shot_init: str | None = None
+    sequential: bool | None = None
+    drop_small: bool | None = None
     k_max: int | None = None
     local: LocalTraining = LocalTraining()
     chunk: int | None = None
 
+    def resolved(self) -> "SRFCAConfig":
+        """This config with every variant-controlled field that is None set by ``variant``."""
+        fill = {k: v for k, v in VARIANTS[self.variant].items() if getattr(self, k) is None}
+        return dataclasses.replace(self, **fill)
+
     def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {tuple(VARIANTS)}, got {self.variant!r}")
+        for name in ("sequential", "drop_small"):
+            if getattr(self, name) not in (None, True, False):
+                raise ValueError(f"{name} must be true, false or None (as the variant), "
+                                 f"got {getattr(self, name)!r}")
         check_graph_options(lam=self.lam, lam_quantile=self.lam_quantile, t=self.t,
-                            metric=self.metric, graph=self.graph)
+                            metric=self.metric, graph=self.graph or "components")
         if not 0 <= self.beta < 0.5:
             raise ValueError(f"trimming fraction beta must be in [0, 0.5), got {self.beta}")
         for name in ("one_shot_steps", "rounds_per_refine"):
@@ -106,9 +137,9 @@ class SRFCAConfig:
         if self.max_participants is not None and (
                 not isinstance(self.max_participants, int) or self.max_participants < 1):
             raise ValueError(f"max_participants must be >= 1 or None, got {self.max_participants!r}")
-        if self.refine_init not in REFINE_INITS:
+        if self.refine_init is not None and self.refine_init not in REFINE_INITS:
             raise ValueError(f"refine_init must be one of {REFINE_INITS}, got {self.refine_init!r}")
-        if self.one_shot_init not in ONE_SHOT_INITS:
+        if self.one_shot_init is not None and self.one_shot_init not in ONE_SHOT_INITS:
             raise ValueError(f"one_shot_init must be one of {ONE_SHOT_INITS}, got {self.one_shot_init!r}")
         if self.k_max is not None and (not isinstance(self.k_max, int) or self.k_max < 1):
             raise ValueError(f"k_max must be an integer >= 1 or None, got {self.k_max!r}")
@@ -146,7 +177,7 @@ class SRFCA:
     clusters_clients = True
 
     def __init__(self, model, cfg: SRFCAConfig = SRFCAConfig()):
-        self.model, self.cfg = model, cfg
+        self.model, self.cfg = model, cfg.resolved()
 
     def k_max(self, num_clients: int) -> int:
         return self.cfg.k_max or max(1, num_clients // self.cfg.t)
@@ -170,11 +201,11 @@ class SRFCA:
                           round=jnp.zeros((), jnp.int32))
 
     # ------------------------------------------------------------------ REFINE
-    def _train(self, params, assign, active, key, data):
-        """One TrimmedMeanGD (FedAvg) round for all clusters -> params [K_max, ...]."""
+    def _train(self, params, assign, active, key, data, lr):
+        """One TrimmedMeanGD (FedAvg) round for all clusters with step size ``lr`` ->
+        params [K_max, ...]."""
         cfg, n = self.cfg, data.num_clients
         k = jax.tree.leaves(params)[0].shape[0]
-        lr = cfg.local.lr
         assign = jnp.where((assign >= 0) & active[jnp.clip(assign, 0, k - 1)], assign, -1)
 
         def train(p, i, kk):
@@ -235,7 +266,9 @@ class SRFCA:
             start = jax.vmap(self.model.init)(jax.random.split(k_start, k))
 
         def body(p, r):
-            return self._train(p, state.assign, state.active, jax.random.fold_in(k_train, r), data), None
+            lr = cfg.local.lr_at(state.round * cfg.rounds_per_refine + r)
+            return self._train(p, state.assign, state.active, jax.random.fold_in(k_train, r),
+                               data, lr), None
 
         params, _ = lax.scan(body, start, jnp.arange(cfg.rounds_per_refine))
         params = _mask_leading(state.active, params, state.params)

@@ -31,21 +31,13 @@ from fedclust_jax.attacks import ByzantineSetting, attack_from_config
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
 from fedclust_jax.attacks.rounds import byzantine_gradients
 from fedclust_jax.core.clients import map_clients
-from fedclust_jax.core.kmeans import kmeans_plus_plus, sq_distances
+from fedclust_jax.core.kmeans import kmeans_plus_plus
+from fedclust_jax.core.pairwise import sq_distances
 from fedclust_jax.core.losses import loss_matrix
 from fedclust_jax.core.participation import client_keys
-from fedclust_jax.core.pytree import flatten_stacked
+from fedclust_jax.core.pytree import flatten_stacked, unflatten_stacked
 from fedclust_jax.core.robust import cluster_trimmed_mean
 from fedclust_jax.core.train import LocalTraining, local_train
-
-
-def _unflatten(flat, like_one, k):
-    leaves, tree = jax.tree.flatten(like_one)
-    out, start = [], 0
-    for a in leaves:
-        out.append(flat[:, start:start + a.size].reshape((k,) + a.shape).astype(a.dtype))
-        start += a.size
-    return jax.tree.unflatten(tree, out)
 
 
 SEEDINGS = ("kmeans++", "random")
@@ -155,7 +147,7 @@ class ThreeStage:
         centers, labels = best_trimmed_kmeans(jax.random.fold_in(key, 3), flatten_stacked(erm), k,
                                               cfg.trim_frac, cfg.kmeans_iters, cfg.kmeans_restarts,
                                               cfg.kmeans_seeding)
-        return ClusterState(params=_unflatten(centers, start, k), assign=labels,
+        return ClusterState(params=unflatten_stacked(centers, erm), assign=labels,
                             round=jnp.zeros((), jnp.int32))
 
     def round(self, state, key, data):

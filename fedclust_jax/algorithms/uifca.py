@@ -1,26 +1,22 @@
-"""UIFCA ([T] chapter 4, Algorithms 3-5): clustering points with K generative models.
+"""UIFCA ([T] chapter 4, Algorithms 3-5): clustering points with K generative models (flows).
 
-Every client holds points of several clusters. One cluster round:
-  learn   (Alg. 4): for each of the K flows, tau communication rounds of FedAvg; in each,
-          every client runs M SGD steps (Alg. 5, batches of N of its points currently
-          assigned to that flow) starting from the broadcast flow, and the server averages
-          the K client copies weighted by |S_{i,k}| / |S_{*,k}| (a flow with no points
-          anywhere keeps its params);
+Every client holds points of several clusters: x [N, n_max, *shape], count [N]. State:
+K flows stacked [K, ...] and the flow of every point, assign int32[N, n_max] (-1 on
+padding). One ``round`` is one cluster round:
+  learn   (Alg. 4): for each of the K flows, tau (``comm_rounds``) FedAvg rounds; in each,
+          every client runs M (``local_steps``) steps (Alg. 5, batches of N
+          (``batch_size``) of its points currently assigned to that flow) from the
+          broadcast flow, and the server averages the K client copies weighted by
+          |S_{i,k}| / |S_{*,k}| (a flow with no points anywhere keeps its params);
   assign  (Alg. 3): every point goes to the flow of lowest negative log-likelihood
           (ties to the lowest index; NaN counts as +inf).
 Every client updates all K flows in every communication round (vmap over clients x flows).
 
 Initialisation ([T] 4.3): one random flow copied K times, each copy plus N(0, init_noise^2)
-per parameter. Initial assignment: ``init_assign="models"`` (default) assigns every point
-to the argmin-NLL initial flow: [T] 4.3 motivates the noisy copies by avoiding "initial
-cluster degeneracy, where a particular model initializes a much smaller loss ... gets most
-datapoints assigned", which only concerns an assignment made by the initial flows; the
-split it gives is random but spatially coherent. ``"random"``: i.i.d. uniform labels
-([T] 4.2's "initial random cluster assignment"; [T]'s Fig. 4.3 curves also start "from
-random cluster assignment"); from it all K flows first fit nearly the same mixture, a
-symmetric start that UIFCA leaves slowly (measured on the Table 4.1 Gaussians, seed 0:
-purity 0.26 -> 0.47 after 10 rounds and 0.54 after 20 at p = 0, faster at larger p as in
-Fig. 4.3). A given assignment: k-FED + UIFCA.
+per parameter. Initial assignment ``init_assign``: "models" (default: argmin-NLL under the
+initial flows), "random" (i.i.d. uniform labels, [T] 4.2) or "kfed" (k-FED's assignment,
+``core.kmeans.kfed`` with its defaults: k-FED + UIFCA); ``init(..., assign=)`` takes any given
+assignment.
 
 Where [T] contradicts itself (both offered, prose by default):
 - ``model_init``: "warm" (prose: the clients run FedAvg "with model theta_k^(t) ... using
@@ -35,39 +31,14 @@ Batches (Alg. 5 random_subset): per communication round each (client, flow) pair
 random order of its member points and its M steps walk through it N at a time (distinct
 points within a batch); a pair with fewer than N members uses all of them every step.
 Loss: mean NLL over the batch (F_theta(B) / N). Optimizer: "sgd" (Alg. 5) or "adam",
-fresh state each local update.
+fresh state each local update (``core.optim``).
 
-Known behaviour (benchmarks/results/uifca_table41.md). With the flows trained to
-convergence in every cluster round (tau M = 10^4 steps), UIFCA is hard-assignment
-(classification) EM for a mixture of Gaussians, and on well-separated clusters a
-partition in which one flow holds two clusters while two flows share one (purity 75%) is
-a fixed point: the merged flow widens along the line between its two centres (about
-0.5 log(1 + 10^2) = 2.3 nats per point at the Table 4.1 separation of about 20) and no
-other flow comes near them. Which fixed point a run reaches is set by its start. The
-noisy-copy split (``init_assign="models"``) is a random, cluster-coherent map from
-clusters to flows: on the Table 4.1 Gaussians every cluster is the majority of its own
-flow in only 17-26 of 200 initialisations per p (a random map gives 4!/4^4 = 9%; init
-noise 1e-3 to 1 does not change it), and single runs end at 100% in 3 of 15. From
-i.i.d. labels (``"random"``) the flows first differ only by sampling noise and lose
-clusters one by one; at p = 1 FedAvg's parameter averaging of the clients' drifted
-copies breaks the merges (2 of 2 runs at 100% with lr 1e-3; with lr 1e-2 one flow took
-every point), at p <= 0.5 the runs stalled at 53-79% (10 runs, lr 1e-4 to 1e-2).
-Neither the learning rate, the init noise nor ``assign_with="previous"`` (which, from
-i.i.d. labels, alternates between a split by the initial copies and a near-random one)
-changes this. The mean NLL is lowest for the true partition (a merge costs far more than
-a split gains), so ``run_uifca(restarts=R)`` (a vmap axis, kept by the lowest mean NLL,
-no labels) recovers the clusters once one restart starts well; ``select_after=t0``
-compares the restarts after t0 rounds (the assignment settles early) and runs only the
-best on to T. [T] reports single runs at 100%; restarts are not in [T] for UIFCA ([T]
-uses random initialisation with restarts for IFCA in chapter 3).
-When the data lie far from the random initial flow, the initial split sends most points
-to one or two of the near-identical copies; ``standardize=True`` (centre and scale the
-points first, not in [T]) makes the split less lopsided (every cluster its own flow in
-26-32 of 200), but runs can still stop at 75%.
-
-Point-level: evaluation is the assignment (purity vs ``point_cluster``), not supervised
-test loss, so UIFCA is run by ``run_uifca`` / the benchmarks rather than the supervised
-experiment runner, and is not in ``ALGORITHMS``.
+Evaluation is point-level: ``evaluate`` returns the assignment (the experiment runner
+scores it against ``data.point_cluster``: purity, misclustering, ARI) and ``objective``,
+the mean NLL of the points under their flows (no labels; it picks among restarts). Runs go
+through the experiment runner (``fedclust-jax run --algorithm uifca --dataset
+uifca-gaussian``) or ``run_uifca`` (per-round purity curves and ``select_after``, for the
+benchmarks). Measured behaviour (fixed points, restarts): benchmarks/results/uifca_notes.md.
 """
 
 from __future__ import annotations
@@ -81,15 +52,17 @@ import optax
 from flax import struct
 
 from fedclust_jax.algorithms.base import check_chunk, check_clusters
+from fedclust_jax.core.kmeans import kfed
 from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.optim import OPTIMIZERS, make_optimizer
 from fedclust_jax.data.federated import example_mask
+from fedclust_jax.data.points import true_points
 from fedclust_jax.metrics import purity
 from fedclust_jax.models.flows import FlowModel, noisy_copies
 
 MODEL_INITS = ("warm", "reinit")
 ASSIGN_WITH = ("new", "previous")
-INIT_ASSIGNS = ("random", "models")
-OPTIMIZERS = ("sgd", "adam")
+INIT_ASSIGNS = ("random", "models", "kfed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,9 +70,10 @@ class UIFCAConfig:
     """num_clusters: K; cluster_rounds: T; comm_rounds: tau; local_steps: M; batch_size: N;
     lr: eta; optimizer: "sgd" | "adam"; init_noise: std of the noise on the K copies;
     init_assign / model_init / assign_with: see the module docstring; chunk: clients per
-    vectorized chunk (None = vmap all); standardize: ``run_uifca`` first maps the points to
-    (x - mean) / std over all real points (one extra aggregation of sums and counts; not in
-    [T]; for continuous data only, not for images fed to the logit of ``real_nvp``).
+    vectorized chunk (None = vmap all); standardize: every step sees the points mapped to
+    (x - mean) / std over all real points (``standardize_points``; one extra aggregation
+    of sums and counts; not in [T]; for continuous data only, not for images fed to the
+    logit of ``real_nvp``). cluster_rounds: T of ``run_uifca`` (the runner has its rounds).
     Defaults: [T]'s synthetic runs (T=20, tau=100,
     M=100); N, eta and the noise scale are unspecified in [T] (chosen here)."""
 
@@ -159,15 +133,11 @@ def assign_points(flow: FlowModel, params, x, count, *, chunk=None) -> jax.Array
     return jnp.where(example_mask(count, x.shape[1]), a, -1)
 
 
-def _optimizer(cfg: UIFCAConfig):
-    return optax.sgd(cfg.lr) if cfg.optimizer == "sgd" else optax.adam(cfg.lr)
-
-
 def model_update(flow: FlowModel, cfg: UIFCAConfig, params, x, member, key):
     """Alg. 5 for one (client, flow): M steps from ``params`` on the points x[n_max, ...]
     with member bool[n_max] (this flow's subset S_{i,k})."""
     n_max, batch = x.shape[0], cfg.batch_size
-    opt = _optimizer(cfg)
+    opt = make_optimizer(cfg.optimizer, cfg.lr)
     c = jnp.sum(member)
     k_order, k_steps = jax.random.split(key)
     order = jnp.argsort(jnp.where(member, jax.random.uniform(k_order, (n_max,)), 2.0))
@@ -222,8 +192,12 @@ class UIFCA:
     """UIFCA over a ``FlowModel``; pure methods init / round / evaluate / objective."""
 
     name = "uifca"
+    clusters_points = True
 
     def __init__(self, flow: FlowModel, cfg: UIFCAConfig = UIFCAConfig()):
+        if not isinstance(flow, FlowModel):
+            raise ValueError(f"UIFCA needs a flow model (--model affine-flow for vector "
+                             f"points, real-nvp for images), got {type(flow).__name__}")
         self.flow, self.cfg = flow, cfg
         self._round = jax.jit(self.round)
         self._assign = jax.jit(lambda p, x, c: assign_points(flow, p, x, c, chunk=cfg.chunk))
@@ -234,6 +208,10 @@ class UIFCA:
             raise ValueError(f"flow {self.flow.name} expects points of shape {self.flow.shape}, "
                              f"data has {data.feature_shape}")
 
+    def points(self, data):
+        """The data every step sees: ``standardize_points(data)`` when cfg.standardize."""
+        return standardize_points(data) if self.cfg.standardize else data
+
     def init_params(self, key):
         k_base, k_noise = jax.random.split(key)
         return noisy_copies(self.flow.init(k_base), k_noise, self.cfg.num_clusters,
@@ -241,8 +219,9 @@ class UIFCA:
 
     def init(self, key, data, assign=None) -> UIFCAState:
         """Noisy-copy flows and the initial assignment (``assign`` int[N, n_max] overrides
-        cfg.init_assign, e.g. k-FED's)."""
+        cfg.init_assign)."""
         self.check_data(data)
+        data = self.points(data)
         k_params, k_assign = jax.random.split(key)
         params = self.init_params(k_params)
         mask = example_mask(data.count, data.x.shape[1])
@@ -253,13 +232,18 @@ class UIFCA:
                                  f"got {assign.shape}")
         elif self.cfg.init_assign == "random":
             assign = jax.random.randint(k_assign, mask.shape, 0, self.cfg.num_clusters)
+        elif self.cfg.init_assign == "kfed":
+            assign = kfed(k_assign, data.x, data.count, self.cfg.num_clusters,
+                          chunk=self.cfg.chunk).assign
         else:
             assign = self._assign(params, data.x, data.count)
         assign = jnp.where(mask, assign, -1).astype(jnp.int32)
         return UIFCAState(params=params, assign=assign, round=jnp.zeros((), jnp.int32))
 
     def round(self, state: UIFCAState, key, data):
-        """One cluster round (learn, then assign) -> (state, metrics)."""
+        """One cluster round (learn, then assign) -> (state, metrics): objective (mean NLL)
+        and cluster_sizes int32[K] (points per flow)."""
+        data = self.points(data)
         k_init, k_learn = jax.random.split(key)
         start = state.params if self.cfg.model_init == "warm" else self.init_params(k_init)
         params = learn_cluster_models(self.flow, self.cfg, start, data.x, state.assign, k_learn)
@@ -267,11 +251,14 @@ class UIFCA:
         assign = assign_points(self.flow, scorer, data.x, data.count, chunk=self.cfg.chunk)
         sizes = jnp.sum(assign[..., None] == jnp.arange(self.cfg.num_clusters), axis=(0, 1))
         new = UIFCAState(params=params, assign=assign, round=state.round + 1)
-        return new, dict(cluster_sizes=sizes, objective=self.objective(new, data))
+        return new, dict(cluster_sizes=sizes, objective=self._objective(new, data))
 
     def objective(self, state: UIFCAState, data):
         """Mean over points of the assigned flow's NLL (the global objective summed over
         clusters and divided by m)."""
+        return self._objective(state, self.points(data))
+
+    def _objective(self, state, data):
         nll = point_nll(self.flow, state.params, data.x, chunk=self.cfg.chunk)
         safe = jnp.clip(state.assign, 0, self.cfg.num_clusters - 1)
         per = jnp.take_along_axis(nll, safe[..., None], -1)[..., 0]
@@ -279,17 +266,9 @@ class UIFCA:
         return jnp.sum(jnp.where(valid, per, 0.0)) / jnp.maximum(valid.sum(), 1)
 
     def evaluate(self, state: UIFCAState, data) -> dict:
-        """assign [N, n_max] and, where the data carry point_cluster, purity (host float)."""
-        out = dict(assign=state.assign)
-        if data.point_cluster is not None:
-            out["purity"] = purity(state.assign, true_points(data))
-        return out
-
-
-def true_points(data) -> np.ndarray:
-    """int[N, n_max] true point clusters with -1 on padding."""
-    mask = np.asarray(example_mask(data.count, data.x.shape[1]))
-    return np.where(mask, np.asarray(data.point_cluster), -1)
+        """point_assign int32[N, n_max] (-1 on padding) and objective; jit-able (the runner
+        scores point_assign against data.point_cluster)."""
+        return dict(point_assign=state.assign, objective=self.objective(state, data))
 
 
 def standardize_points(data):
@@ -331,8 +310,6 @@ def run_uifca(flow: FlowModel, data, key, cfg: UIFCAConfig = UIFCAConfig(), *, a
                                      or not 1 <= select_after <= total):
         raise ValueError(f"select_after must be None or an integer in [1, {total}] (the "
                          f"cluster rounds), got {select_after!r}")
-    if cfg.standardize:
-        data = standardize_points(data)
     alg = UIFCA(flow, cfg)
     k_init, k_run = jax.random.split(key)
     inits = [alg.init(k, data, assign=assign) for k in jax.random.split(k_init, restarts)]

@@ -17,6 +17,7 @@ from fedclust_jax.core.pairwise import cosine_similarity, l2_distances  # noqa: 
 
 __all__ += ["connected_components", "pivot_clustering", "cosine_similarity", "l2_distances"]
 from fedclust_jax.core.robust import (cluster_aggregate, cluster_median,  # noqa: E402
-                                      cluster_trimmed_mean, threshold_clustering)
+                                      cluster_trimmed_mean)
+from fedclust_jax.core.threshold_clustering import threshold_clustering  # noqa: E402
 
 __all__ += ["cluster_aggregate", "cluster_median", "cluster_trimmed_mean", "threshold_clustering"]

@@ -1,6 +1,7 @@
 """Distance matrices between clients and clusters.
 
-Vector distances take flattened models ``[N, P]`` (``pytree.flatten_stacked``). Loss-based
+The one home of distance computations. Vector distances take flattened models ``[N, P]``
+(``pytree.flatten_stacked``). Loss-based
 distances are SR-FCA's cross-cluster loss (Def. 5.1), built from loss matrices where entry
 ``[a, b]`` is model b's training loss on client a's data (``losses.loss_matrix``).
 """
@@ -9,19 +10,32 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import lax
+
+
+def sq_distances(a: jax.Array, b: jax.Array | None = None, *, precision=None) -> jax.Array:
+    """[N, M] squared Euclidean distances between rows of a [N, P] and b [M, P] (b = a if
+    None), through Gram terms after subtracting a's mean (float32 loses the small
+    differences of vectors that share a large offset otherwise); clipped at 0.
+    ``precision``: of the matmul (``lax.Precision.HIGHEST`` for exact float32 on TPU/GPU)."""
+    shift = a.mean(axis=0)
+    x = a - shift
+    y = x if b is None else b - shift
+    cross = jnp.dot(x, y.T, precision=precision)
+    d2 = (x * x).sum(1)[:, None] - 2.0 * cross + (y * y).sum(1)[None, :]
+    return jnp.maximum(d2, 0.0)
+
+
+def exact_sq_distances(points: jax.Array, centers: jax.Array) -> jax.Array:
+    """[N, K] ||z_i - v_k||^2 computed directly (one [N, P] pass per center, ``lax.map``
+    over the K centers): no Gram-term cancellation, for the few centers of robust rules."""
+    return lax.map(lambda c: jnp.sum((points - c) ** 2, axis=1), centers).T
 
 
 def l2_distances(a: jax.Array, b: jax.Array | None = None) -> jax.Array:
-    """[N, M] Euclidean distances between rows of a [N, P] and b [M, P] (b = a if None).
-
-    Computed through Gram terms after subtracting the common mean (float32 loses the
-    small differences of vectors that share a large offset otherwise).
-    """
-    b_ = a if b is None else b
-    shift = a.mean(axis=0)
-    x, y = a - shift, b_ - shift
-    d2 = (x * x).sum(1)[:, None] - 2.0 * x @ y.T + (y * y).sum(1)[None, :]
-    d = jnp.sqrt(jnp.maximum(d2, 0.0))
+    """[N, M] Euclidean distances between rows of a [N, P] and b [M, P] (b = a if None;
+    then exactly symmetric with a zero diagonal). See ``sq_distances``."""
+    d = jnp.sqrt(sq_distances(a, b))
     if b is None:
         d = 0.5 * (d + d.T) * (1.0 - jnp.eye(d.shape[0], dtype=d.dtype))
     return d

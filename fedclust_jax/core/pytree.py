@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -34,19 +36,23 @@ def stack(trees):
     return jax.tree.map(lambda *a: jnp.stack(a), *trees)
 
 
-def flatten_stacked(tree) -> jax.Array:
-    """[L, ...] pytree -> [L, P] matrix (leaves raveled and concatenated in tree order)."""
+def flatten_stacked(tree, dtype=None) -> jax.Array:
+    """[L, ...] pytree -> [L, P] matrix (leaves raveled and concatenated in tree order),
+    cast to ``dtype`` when given."""
     leaves = jax.tree.leaves(tree)
-    return jnp.concatenate([a.reshape(a.shape[0], -1) for a in leaves], axis=1)
+    flat = [a.reshape(a.shape[0], -1) for a in leaves]
+    return jnp.concatenate([f if dtype is None else f.astype(dtype) for f in flat], axis=1)
 
 
 def unflatten_stacked(matrix: jax.Array, like):
-    """Inverse of ``flatten_stacked``: [L, P] -> pytree shaped like ``like`` with lead L."""
+    """Inverse of ``flatten_stacked``: [L, P] -> pytree shaped like ``like`` (any leading
+    size; the result has leading axis L) with ``like``'s leaf dtypes."""
     leaves, treedef = jax.tree.flatten(like)
     out, start = [], 0
     for a in leaves:
-        size = a[0].size if a.ndim else 1
-        out.append(matrix[:, start:start + size].reshape((matrix.shape[0],) + a.shape[1:]))
+        size = math.prod(a.shape[1:])
+        part = matrix[:, start:start + size]
+        out.append(part.reshape((matrix.shape[0],) + a.shape[1:]).astype(a.dtype))
         start += size
     return jax.tree.unflatten(treedef, out)
 

@@ -10,7 +10,6 @@ Vector rules the papers compare with:
   ``cluster_geometric_median``  Weiszfeld iterations (smoothed, as RFA)
   ``cluster_krum``              (multi-)Krum inside every cluster
   ``cluster_centered_clipping`` Karimireddy et al. 2021 (soft weights min(1, tau/||z-v||))
-  ``threshold_clustering``      TC of the threshold-clustering paper (hard 0/1, divides by N)
 
 Sorting backends for the coordinate-wise rules (``method``):
   "packed": ONE sort of uint64 keys per coordinate (cluster id in the high 32 bits, the
@@ -22,16 +21,10 @@ Sorting backends for the coordinate-wise rules (``method``):
     the host walks the batch axes).
   "auto": "packed" on CPU, "masked" elsewhere (off CPU a callback would copy to the host;
     not measured on an accelerator here).
-On the quiet 2-core CPU (benchmarks/robust_aggregators.py, results/robust_aggregators.md)
-the masked sorts are ~10x slower than the packed one. Alone, "numpy" beats "packed": median
-0.61 vs 1.65 s, trimmed mean 1.06 vs 1.80 s at N = 1000, d = 50k, K = 4; 0.59 vs 1.42 s and
-0.99 vs 1.47 s at N = 300, d = 159k; 0.39 vs 0.52 s and 0.44 vs 0.57 s vmapped over 50
-trials of N = 400, d = 1000, K = 10. It is not the default: it loops over clusters (and
-batch elements) on the host, and a whole BR-IFCA Figure 1 setting (k = 5, m = 200, d = 100,
-50 trials x 300 rounds; ``brifca_figure1.py --sort-method``) took 59.2 / 61.7 s with it
-against 57.8 / 51.4 s with "packed" (median / trimmed mean): aggregation is a small part of
-a round.
-All variants agree with float64 numpy up to float32 rounding (tests/test_robust.py).
+"numpy" is the fastest alone on the 2-core CPU but loops over clusters on the host and
+did not speed up whole BR-IFCA runs; measured times: benchmarks/results/robust_aggregators.md
+and brifca_figure1.md.
+All variants agree with float64 numpy up to float32 rounding (tests/core/test_robust.py).
 """
 
 from __future__ import annotations
@@ -40,6 +33,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from fedclust_jax.core.pairwise import exact_sq_distances, sq_distances
+from fedclust_jax.core.pytree import flatten_stacked, unflatten_stacked
 
 METHODS = ("auto", "packed", "masked", "numpy")
 MEDIANS = ("mid", "lower")
@@ -80,28 +76,13 @@ def _leafwise(fn, values, assign, previous):
     return jax.tree.map(leaf, values, previous)
 
 
-def _flat(values):
-    leaves = jax.tree.leaves(values)
-    return jnp.concatenate([a.reshape(a.shape[0], -1).astype(jnp.float32) for a in leaves], 1)
-
-
-def _unflat(flat, like):
-    leaves, tree = jax.tree.flatten(like)
-    out, start = [], 0
-    for a in leaves:
-        size = int(np.prod(a.shape[1:]))
-        out.append(flat[:, start:start + size].reshape((flat.shape[0],) + a.shape[1:]).astype(a.dtype))
-        start += size
-    return jax.tree.unflatten(tree, out)
-
-
 def _vectorwise(fn, values, assign, previous):
     """fn(flat [M, P], assign, prev_flat [K, P]) -> [K, P] over the concatenated leaves."""
     k = _num_clusters(previous)
-    prev_flat = _flat(previous)
-    out = fn(_flat(values), assign, prev_flat)
+    prev_flat = flatten_stacked(previous, jnp.float32)
+    out = fn(flatten_stacked(values, jnp.float32), assign, prev_flat)
     out = jnp.where((_counts(assign, k) > 0)[:, None], out, prev_flat)
-    return _unflat(out, previous)
+    return unflatten_stacked(out, previous)
 
 
 # ------------------------------------------------------------- coordinate-wise: ranks
@@ -230,11 +211,7 @@ def cluster_trimmed_mean(values, assign, previous, beta: float, *, method: str =
     """
     if not 0 <= beta < 0.5:
         raise ValueError(f"trimming fraction beta must be in [0, 0.5), got {beta}")
-    method = _check_method(method)
-    fn = {"packed": lambda f, a, k: _trmean_packed(f, a, k, beta),
-          "masked": lambda f, a, k: _trmean_masked(f, a, k, beta),
-          "numpy": lambda f, a, k: _numpy_reduce(f, a, k, "trmean", beta=beta)}[method]
-    return _leafwise(fn, values, assign, previous)
+    return _coordinatewise("trmean", beta, values, assign, previous, method)
 
 
 def cluster_median(values, assign, previous, *, median: str = "mid", method: str = "auto"):
@@ -246,10 +223,22 @@ def cluster_median(values, assign, previous, *, median: str = "mid", method: str
     """
     if median not in MEDIANS:
         raise ValueError(f"median must be one of {MEDIANS}, got {median!r}")
+    return _coordinatewise("median", median, values, assign, previous, method)
+
+
+_SORTED = {"trmean": {"packed": _trmean_packed, "masked": _trmean_masked},
+           "median": {"packed": _median_packed, "masked": _median_masked}}
+
+
+def _coordinatewise(kind, option, values, assign, previous, method):
+    """A coordinate-wise rule ("trmean" with option beta, "median" with option the median
+    kind) through the sorting backend ``method``, leaf by leaf."""
     method = _check_method(method)
-    fn = {"packed": lambda f, a, k: _median_packed(f, a, k, median),
-          "masked": lambda f, a, k: _median_masked(f, a, k, median),
-          "numpy": lambda f, a, k: _numpy_reduce(f, a, k, "median", median=median)}[method]
+    if method == "numpy":
+        opts = dict(beta=option) if kind == "trmean" else dict(median=option)
+        fn = lambda f, a, k: _numpy_reduce(f, a, k, kind, **opts)
+    else:
+        fn = lambda f, a, k: _SORTED[kind][method](f, a, k, option)
     return _leafwise(fn, values, assign, previous)
 
 
@@ -264,11 +253,6 @@ def cluster_plain_mean(values, assign, previous):
 
 # ------------------------------------------------------------------ vector rules
 
-def _sq_dist_to(flat, centers):
-    """||z_i - v_k||^2 as [M, K], computed exactly (one [M, P] pass per center, lax.map)."""
-    return lax.map(lambda c: jnp.sum((flat - c) ** 2, axis=1), centers).T
-
-
 def _distances_from(flat, anchors):
     """A function v [K, P] -> ||z_i - v_k||^2 [M, K] costing one [M, P] x [P, K] matmul a call.
 
@@ -280,21 +264,13 @@ def _distances_from(flat, anchors):
     mu = flat.mean(0, keepdims=True)
     z = flat - mu
     c = anchors - mu
-    base = _sq_dist_to(z, c)                                               # [M, K]
+    base = exact_sq_distances(z, c)                                               # [M, K]
 
     def dist(v):
         u = v - mu - c                                                     # [K, P]
         cross = jnp.dot(z, u.T, precision=lax.Precision.HIGHEST) - jnp.sum(c * u, 1)[None, :]
         return jnp.maximum(base - 2 * cross + jnp.sum(u * u, 1)[None, :], 0.0)
     return dist
-
-
-def _pairwise_sq(flat):
-    """[M, M] squared distances through the Gram matrix of mean-centred rows."""
-    z = flat - flat.mean(0, keepdims=True)
-    g = jnp.dot(z, z.T, precision=lax.Precision.HIGHEST)
-    n = jnp.diag(g)
-    return jnp.maximum(n[:, None] + n[None, :] - 2 * g, 0.0)
 
 
 def cluster_geometric_median(values, assign, previous, *, iters: int = 10, eps: float = 1e-6):
@@ -333,7 +309,7 @@ def cluster_krum(values, assign, previous, *, byz_frac: float = 0.1, multi: bool
         k, m = prev.shape[0], flat.shape[0]
         same = (assign[:, None] == assign[None, :]) & (assign[:, None] >= 0)
         same = same & ~jnp.eye(m, dtype=bool)
-        d = jnp.where(same, _pairwise_sq(flat), jnp.inf)
+        d = jnp.where(same, sq_distances(flat, precision=lax.Precision.HIGHEST), jnp.inf)
         d = jnp.sort(d, axis=1)
         counts = _counts(assign, k)
         c_i = counts[jnp.clip(assign, 0, k - 1)]
@@ -361,7 +337,7 @@ def cluster_centered_clipping(values, assign, previous, *, tau: float, iters: in
     from ``init`` [K, ...] (default ``previous``, e.g. last round's aggregate / momentum)."""
     if not tau > 0:
         raise ValueError(f"clipping radius tau must be > 0, got {tau}")
-    start = _flat(previous if init is None else init)
+    start = flatten_stacked(previous if init is None else init, jnp.float32)
 
     def fn(flat, assign, prev):
         k = prev.shape[0]
@@ -376,93 +352,6 @@ def cluster_centered_clipping(values, assign, previous, *, tau: float, iters: in
 
         return lax.scan(step, start, None, length=iters)[0]
     return _vectorwise(fn, values, assign, previous)
-
-
-# ---------------------------------------------------------- threshold clustering (TC)
-
-TC_METHODS = ("points", "gram")
-
-
-def threshold_clustering(points, centers, *, iters: int, radius=None, quantile=None,
-                         mask=None, method: str = "points"):
-    """Threshold-Clustering (Alg. 3 of the threshold-clustering paper).
-
-    points z [N, P]; centers v [K, P] (initialisation); for l = 1..iters and every k:
-      tau_{k,l} = ``radius`` (fixed, scalar or [K]) or the ``quantile`` of {||z_i - v_k||}_i,
-      v_k <- (1/N) sum_i (z_i if ||z_i - v_k|| <= tau else v_k)
-          =  v_k + (1/N) sum_{i inside} (z_i - v_k).
-    Divides by N, not by the inside count (the paper's rule). ``mask`` bool[N] restricts
-    the points (N is then the mask's count, e.g. a random subgroup; rows outside it must
-    still be finite). Returns v [K, P].
-
-    ``method`` (same result up to float32 rounding):
-      "points": every iteration reads z twice (distances, update): iters x 2 passes over
-        [N, P], memory-bound on a CPU.
-      "gram": v_k = a_k v0_k + sum_i c_ki z_i stays in the span of its start and the points,
-        so the iterations run on (a [K], c [K, N]) with distances from the Gram matrix of the
-        mean-centred points: one [N, P] x [P, N] product, O(iters N^2 K) iterations, one
-        [K, N] x [N, P] product at the end. Faster when N is small against P: FC's subgroups
-        (N = 19, P = 159,010, l = 10, quiet 2-core CPU) 7.5 ms against 9.6 ms a client
-        (benchmarks/threshold_tc_methods.py).
-        tests/test_threshold.py checks that the two agree.
-    """
-    if (radius is None) == (quantile is None):
-        raise ValueError("threshold_clustering needs exactly one of radius or quantile")
-    if quantile is not None and not 0 <= quantile <= 1:
-        raise ValueError(f"radius quantile must be in [0, 1], got {quantile}")
-    if method not in TC_METHODS:
-        raise ValueError(f"TC method must be one of {TC_METHODS}, got {method!r}")
-    mask = jnp.ones(points.shape[0], bool) if mask is None else mask
-    z = points.astype(jnp.float32)
-    v0 = centers.astype(jnp.float32)
-    n = jnp.maximum(mask.sum(), 1).astype(jnp.float32)
-
-    def inside(d):                                                        # d [N, K] -> [K, N]
-        if quantile is not None:
-            tau = _masked_quantile(d, mask, quantile)                     # [K]
-        else:
-            tau = jnp.broadcast_to(jnp.asarray(radius, jnp.float32), (v0.shape[0],))
-        return ((d <= tau[None, :]) & mask[:, None]).astype(jnp.float32).T
-
-    if method == "points":
-        def step(v, _):
-            w = inside(jnp.sqrt(_sq_dist_to(z, v)))
-            return v + (jnp.dot(w, z, precision=lax.Precision.HIGHEST) - w.sum(1, keepdims=True) * v) / n, None
-
-        return lax.scan(step, v0, None, length=iters)[0]
-
-    hi = lax.Precision.HIGHEST
-    mu = jnp.dot(mask.astype(jnp.float32), z, precision=hi) / n           # centre: float32 keeps
-    zc = jnp.where(mask[:, None], z - mu, 0.0)                            # its precision under a
-    vc = v0 - mu                                                          # shared offset
-    gram = jnp.dot(zc, zc.T, precision=hi)                                # [N, N]
-    zv = jnp.dot(vc, zc.T, precision=hi)                                  # [K, N]
-    vv = jnp.sum(vc * vc, axis=1)                                         # [K]
-
-    def step_gram(carry, _):
-        a, c = carry                                                      # [K], [K, N]
-        gc = jnp.dot(c, gram, precision=hi)                               # [K, N]
-        cgc = jnp.sum(c * gc, 1) + a * a * vv + 2 * a * jnp.sum(c * zv, 1)   # ||v_k - mu||^2
-        d2 = jnp.diagonal(gram)[None, :] - 2 * (gc + a[:, None] * zv) + cgc[:, None]
-        w = inside(jnp.sqrt(jnp.maximum(d2, 0.0)).T)
-        keep = 1 - w.sum(1) / n
-        return (a * keep, c * keep[:, None] + w / n), None
-
-    k = v0.shape[0]
-    a, c = lax.scan(step_gram, (jnp.ones(k), jnp.zeros((k, z.shape[0]))), None, length=iters)[0]
-    # a + sum_i c_i = 1 at every step, so v = mu + a (v0 - mu) + sum_i c_i (z_i - mu)
-    return mu + a[:, None] * vc + jnp.dot(c, zc, precision=hi)
-
-
-def _masked_quantile(d, mask, q):
-    """Per column of d [N, K]: the q-quantile (linear interpolation) over rows in mask."""
-    s = jnp.sort(jnp.where(mask[:, None], d, jnp.inf), axis=0)
-    c = mask.sum()
-    pos = q * (c - 1).astype(jnp.float32)
-    lo = jnp.floor(pos).astype(jnp.int32)
-    hi = jnp.minimum(lo + 1, jnp.maximum(c - 1, 0))
-    frac = pos - lo
-    return s[lo] * (1 - frac) + jnp.where(frac > 0, s[hi], 0.0) * frac
 
 
 # ---------------------------------------------------------------------- dispatch

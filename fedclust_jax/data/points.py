@@ -135,3 +135,14 @@ def points_from_pools(key, pools, *, num_clients: int, points_per_client: int,
                              "lower points_per_client")
         x[where] = pool[rng.permutation(len(pool))[:need]]
     return _point_data(jnp.asarray(x), jnp.asarray(labels), heterogeneity, k)
+
+
+def true_points(data) -> np.ndarray:
+    """int[N, n_max] true cluster of every point (``data.point_cluster``) with -1 on
+    padding (host numpy); errors if the data carry no point clusters."""
+    if data.point_cluster is None:
+        raise ValueError("these data carry no point clusters (point_cluster is None); use a "
+                         "point dataset such as uifca-gaussian or uifca-subspace")
+    count = np.asarray(data.count)
+    mask = np.arange(data.x.shape[1])[None, :] < count[:, None]
+    return np.where(mask, np.asarray(data.point_cluster), -1)

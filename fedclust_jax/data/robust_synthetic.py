@@ -10,12 +10,26 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
-from fedclust_jax.attacks.byzantine import num_byzantine
 from fedclust_jax.data.federated import FederatedData
 from fedclust_jax.data.synthetic import regression_draws
+
+
+def num_byzantine(num_clients: int, byz_frac: float) -> int:
+    """m_b = round(byz_frac * N) (half up): the Byzantine clients are the last m_b (the
+    generators here put them last; ``attacks.byzantine`` reads the same rule). Errors if
+    byz_frac is outside [0, 1) or no honest client would remain."""
+    if not 0 <= byz_frac < 1:
+        raise ValueError(f"byz_frac (Byzantine fraction) must be in [0, 1), got {byz_frac}")
+    b = int(math.floor(byz_frac * num_clients + 0.5))
+    if b >= num_clients:
+        raise ValueError(f"byz_frac = {byz_frac} makes {b} of {num_clients} clients Byzantine; "
+                         "at least one client must be honest")
+    return b
 
 
 def unit_bernoulli(key, k: int, d: int, norm: float = 1.0, tries: int = 8) -> jax.Array:

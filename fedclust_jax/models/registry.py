@@ -6,6 +6,7 @@ import math
 from typing import Callable
 
 from fedclust_jax.models.cnn import cifar_cnn_for, femnist_cnn_for
+from fedclust_jax.models.flows import affine_flow, real_nvp
 from fedclust_jax.models.linear import linear_regression
 from fedclust_jax.models.lstm import shakespeare_lstm_for
 from fedclust_jax.models.mlp import mlp
@@ -22,7 +23,17 @@ def _mlp(data, hidden=(200,), **params):
     return mlp((math.prod(data.feature_shape), *hidden, out), task=data.task, **params)
 
 
+def _affine_flow(data, structure="triangular", init_scale=1.0):
+    return affine_flow(math.prod(data.feature_shape), structure=structure, init_scale=init_scale)
+
+
+def _real_nvp(data, depth=8, hidden=128, mask="cyclic", alpha=0.05, dequantize=1.0 / 256):
+    return real_nvp(tuple(data.feature_shape[:2]), depth=depth, hidden=hidden, mask=mask,
+                    alpha=alpha, dequantize=dequantize)
+
+
 MODELS: dict[str, Callable] = {"linear": _linear, "mlp": _mlp}
+MODELS.update({"affine-flow": _affine_flow, "real-nvp": _real_nvp})  # point data (UIFCA)
 MODELS.update({"femnist-cnn": femnist_cnn_for, "cifar-cnn": cifar_cnn_for,
                "resnet9": resnet9_for, "shakespeare-lstm": shakespeare_lstm_for})
 DEFAULT_MODEL = {"regression": "linear", "classification": "mlp"}
@@ -31,6 +42,8 @@ DEFAULT_MODEL = {"regression": "linear", "classification": "mlp"}
 def build_model(name: str | None, data, **params):
     """Model ``name`` (default: linear for regression, MLP 784-200-10-style for
     classification) sized for ``data``."""
+    if name is None and data.point_cluster is not None:   # points carry clusters: a flow
+        name = "real-nvp" if len(data.feature_shape) == 2 else "affine-flow"
     name = name or DEFAULT_MODEL[data.task]
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; available: {', '.join(sorted(MODELS))}")

@@ -8,7 +8,8 @@ import pytest
 from fedclust_jax.algorithms.kfed import kfed
 from fedclust_jax.algorithms.uifca import (UIFCA, UIFCAConfig, assign_points,
                                            learn_cluster_models, run_uifca,
-                                           standardize_points, true_points)
+                                           standardize_points)
+from fedclust_jax.data.points import true_points
 from fedclust_jax.data.points import (dominant_count, gaussian_clusters,
                                       heterogeneous_clusters, points_from_pools,
                                       subspace_clusters)

@@ -180,3 +180,37 @@ def test_independent_one_shot_init_gives_each_client_its_own_start():
     w_indep = np.asarray(flatten_stacked(indep.local))
     np.testing.assert_allclose(w_common, w_common[:1].repeat(len(w_common), 0), atol=1e-5)
     assert np.abs(w_indep[1:] - w_indep[:1]).max(1).min() > 1e-2
+
+
+def test_refine_uses_lr_decay():
+    """Review slip: REFINE trained with lr and ignored lr_decay. With one FedAvg round per
+    REFINE, REFINE 1 under (lr 0.1, decay 0.5) equals REFINE 1 under (lr 0.05, no decay)
+    from the same state, and differs from (lr 0.1, no decay)."""
+    data = mixture()
+    small = dict(one_shot_steps=20, rounds_per_refine=1)
+    decayed = make(local=LocalTraining(steps=2, lr=0.1, lr_decay=0.5), **small)
+    state = jax.jit(decayed.init)(jax.random.key(1), data)
+    state, _ = jax.jit(decayed.round)(state, jax.random.key(2), data)
+    assert int(state.round) == 1
+    halved = make(local=LocalTraining(steps=2, lr=0.05), **small)
+    plain = make(local=LocalTraining(steps=2, lr=0.1), **small)
+    got, want, undecayed = (jax.jit(a.round)(state, jax.random.key(3), data)[0].params
+                            for a in (decayed, halved, plain))
+    for g, w, u in zip(jax.tree.leaves(got), jax.tree.leaves(want), jax.tree.leaves(undecayed)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6, atol=1e-7)
+    assert any(np.abs(np.asarray(g) - np.asarray(u)).max() > 1e-4
+               for g, u in zip(jax.tree.leaves(got), jax.tree.leaves(undecayed)))
+
+
+def test_variant_sets_the_code_choices_and_flags_override_it():
+    paper = SRFCAConfig().resolved()
+    assert (paper.graph, paper.refine_init, paper.one_shot_init, paper.sequential,
+            paper.drop_small) == ("components", "continue", "common", False, False)
+    code = SRFCAConfig(variant="authors-code").resolved()
+    assert (code.graph, code.refine_init, code.one_shot_init, code.sequential,
+            code.drop_small) == ("pivot", "fresh", "independent", True, True)
+    ablation = SRFCAConfig(variant="authors-code", graph="components").resolved()
+    assert ablation.graph == "components" and ablation.sequential is True
+    assert make(variant="authors-code").cfg.sequential is True
+    with pytest.raises(ValueError, match="variant"):
+        SRFCAConfig(variant="code")

@@ -1,4 +1,4 @@
-"""Threshold-Clustering, FC / MC / Myopic, and the threshold paper's Figure 1 examples."""
+"""FC / MC / Myopic (threshold-clustering paper) and the threshold paper's Figure 1 examples."""
 
 import jax
 import jax.numpy as jnp
@@ -6,80 +6,14 @@ import numpy as np
 import pytest
 
 from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
-from fedclust_jax.algorithms.threshold import (FCConfig, FederatedClustering, MCConfig,
-                                               MomentumClustering, fc_direction,
-                                               momentum_update, myopic_direction)
-from fedclust_jax.core.robust import threshold_clustering
+from fedclust_jax.algorithms.fc import FCConfig, FederatedClustering, fc_direction, random_groups
+from fedclust_jax.algorithms.mc import MCConfig, MomentumClustering, momentum_update
+from fedclust_jax.algorithms.myopic import myopic_direction
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.data.federated import FederatedData
 from fedclust_jax.models.linear import linear_regression
 
 RNG = np.random.default_rng(0)
-
-
-def test_tc_large_radius_gives_mean_in_one_step():
-    z = RNG.normal(size=(20, 5)).astype(np.float32)
-    v0 = RNG.normal(size=(2, 5)).astype(np.float32)
-    far = np.linalg.norm(z[:, None] - v0[None], axis=-1).max()
-    for out in (threshold_clustering(z, v0, iters=1, radius=far + 1e-3),
-                threshold_clustering(z, v0, iters=1, quantile=1.0)):
-        np.testing.assert_allclose(out, np.broadcast_to(z.mean(0), (2, 5)), atol=1e-5)
-
-
-def test_tc_small_radius_leaves_center():
-    z = RNG.normal(size=(20, 5)).astype(np.float32) + 10
-    v0 = np.zeros((1, 5), np.float32)
-    near = np.linalg.norm(z, axis=1).min()
-    np.testing.assert_array_equal(threshold_clustering(z, v0, iters=3, radius=near * 0.99), v0)
-
-
-@pytest.mark.parametrize("scale", [1.0, 1e3, 1e8])
-def test_tc_bad_points_move_center_at_most_b_tau_over_n(scale):
-    """Replacing b points by arbitrary ones changes one TC iteration by at most b tau / N."""
-    n, b, tau = 30, 4, 1.5
-    good = RNG.normal(size=(n - b, 6)).astype(np.float32) * 0.7
-    v0 = RNG.normal(size=(1, 6)).astype(np.float32) * 0.3
-    bad = RNG.normal(size=(b, 6)).astype(np.float32) * scale
-    u = bad[:1] / np.linalg.norm(bad[:1])
-    edge = np.repeat(v0 + 0.999 * tau * u, b, 0)         # all just inside, one direction
-    ref = threshold_clustering(np.concatenate([good, np.repeat(v0, b, 0)]), v0, iters=1, radius=tau)
-    for pts in (bad, edge):
-        out = threshold_clustering(np.concatenate([good, pts]), v0, iters=1, radius=tau)
-        assert np.linalg.norm(out - ref) <= b * tau / n * (1 + 1e-5)
-    out = threshold_clustering(np.concatenate([good, edge]), v0, iters=1, radius=tau)
-    assert np.linalg.norm(out - ref) > 0.99 * b * tau / n         # the bound is attained
-
-
-def test_tc_permutation_invariant_and_mask_is_subgroup():
-    z = RNG.normal(size=(12, 3)).astype(np.float32)
-    v0 = z[:1]
-    a = threshold_clustering(z, v0, iters=5, quantile=0.3)
-    b = threshold_clustering(z[RNG.permutation(12)], v0, iters=5, quantile=0.3)
-    np.testing.assert_allclose(a, b, atol=1e-6)
-    mask = np.arange(12) < 7
-    c = threshold_clustering(np.where(mask[:, None], z, 1e9), v0, iters=5, quantile=0.3, mask=mask)
-    np.testing.assert_allclose(c, threshold_clustering(z[:7], v0, iters=5, quantile=0.3), atol=1e-6)
-
-
-@pytest.mark.parametrize("k", [1, 3])
-def test_tc_gram_equals_points(k):
-    """The Gram-space iterations give the point-space result: fixed and quantile radius,
-    masks, centers inside and outside the points' span, points sharing a large offset."""
-    rng = np.random.default_rng(k)
-    for case in range(12):
-        n, p = rng.integers(3, 25), rng.integers(2, 40)
-        offset = rng.normal(size=p) * (0.0, 1.0, 100.0)[case % 3]
-        z = (rng.normal(size=(n, p)) * rng.uniform(0.2, 3) + offset).astype(np.float32)
-        v0 = (z[rng.integers(0, n, k)] + rng.normal(size=(k, p)) * (case % 2)).astype(np.float32)
-        mask = rng.uniform(size=n) < 0.8
-        mask[0] = True
-        kw = (dict(quantile=float(rng.uniform(0.1, 1))) if case % 4 < 2
-              else dict(radius=float(rng.uniform(0.5, 3) * np.sqrt(p))))
-        a = threshold_clustering(z, v0, iters=6, mask=mask, **kw)
-        b = threshold_clustering(z, v0, iters=6, mask=mask, method="gram", **kw)
-        np.testing.assert_allclose(b, a, atol=1e-5 * np.abs(z).max())
-        moved = np.abs(np.asarray(a) - v0).max()
-        assert moved > 0 or case % 4 >= 2                    # the quantile cases move
 
 
 def test_fc_gram_equals_points_in_a_round():
@@ -276,7 +210,6 @@ def test_figure_1c_cfl_first_split_separates_two_and_three_about_half_the_time()
 
 
 def test_random_groups_partition_clients():
-    from fedclust_jax.algorithms.threshold import random_groups
     members, mask = random_groups(jax.random.key(3), 19, 4)
     members, mask = np.asarray(members), np.asarray(mask)
     assert members.shape == (19, 5)
@@ -284,3 +217,84 @@ def test_random_groups_partition_clients():
     assert sorted(i for g in groups for i in g) == list(range(19))          # a partition
     for i in range(19):
         assert i in members[i][mask[i]]                                      # own group
+
+
+def _key_recorder(monkeypatch, module):
+    """Replaces ``module.client_gradient`` by one that records its key and returns zeros;
+    returns the list the keys go to (as uint32 pairs)."""
+    seen = []
+
+    def record(k):
+        seen.extend(map(tuple, np.asarray(k).reshape(-1, 2).tolist()))
+
+    def fake_gradient(model, local, params, x, y, count, key):
+        jax.debug.callback(record, jax.random.key_data(key))
+        return jax.tree.map(jnp.zeros_like, params)
+
+    monkeypatch.setattr(module, "client_gradient", fake_gradient)
+    return seen
+
+
+class _NoiseKeys:
+    """An attack that records the key its ``corrupt`` gets and sends the uploads unchanged."""
+
+    def __init__(self):
+        self.seen = []
+
+    def eval_params(self, p):
+        return p
+
+    def flip_labels(self, y, byz, num_classes=0):
+        return y
+
+    def corrupt(self, key, g, assign, byz, k, num_byz=None):
+        jax.debug.callback(lambda d: self.seen.extend(map(tuple, np.asarray(d).reshape(-1, 2).tolist())),
+                           jax.random.key_data(key))
+        return g
+
+
+def test_fc_attack_noise_keys_differ_from_minibatch_keys(monkeypatch):
+    """Review slip: the attack noise of client i was drawn with fold_in(keys[i], 7), the
+    key of client i's minibatch at client 7's model."""
+    import sys
+    n = 9
+    data = _regression_clients(n)
+    alg = FederatedClustering(linear_regression(3), FCConfig(
+        local=LocalTraining(steps=1, lr=0.1, batch_size=2), tc_iters=1))
+    batch_keys = _key_recorder(monkeypatch, sys.modules[FederatedClustering.__module__])
+    alg.attack = _NoiseKeys()
+    alg.round(alg.init(jax.random.key(0), data), jax.random.key(1), data)
+    assert len(set(batch_keys)) == n * n and len(set(alg.attack.seen)) == n
+    assert not set(batch_keys) & set(alg.attack.seen)
+
+
+def test_mc_runs_kmeans_in_round_zero_only(monkeypatch):
+    """Review slip: MC ran k-means every round and used it only in round 0."""
+    import sys
+    module = sys.modules[MomentumClustering.__module__]
+    calls = []
+    real = module.kmeans
+
+    def counted(*args, **kw):
+        out = real(*args, **kw)
+        jax.debug.callback(lambda c: calls.append(1), out[0].sum())
+        return out
+
+    monkeypatch.setattr(module, "kmeans", counted)
+    data = _regression_clients(6)
+    alg = MomentumClustering(linear_regression(3), MCConfig(num_clusters=2))
+    step = jax.jit(alg.round)
+    state = alg.init(jax.random.key(0), data)
+    for t in range(3):
+        state, _ = step(state, jax.random.key(t), data)
+    jax.effects_barrier()
+    assert len(calls) == 1
+
+
+def _regression_clients(n, per_client=4, dim=3):
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.normal(size=(n, per_client, dim)), jnp.float32)
+    y = jnp.asarray(rng.normal(size=(n, per_client)), jnp.float32)
+    count = jnp.full((n,), per_client, jnp.int32)
+    return FederatedData(x=x, y=y, count=count, x_test=x, y_test=y, count_test=count,
+                         cluster=jnp.zeros((n,), jnp.int32), task="regression")

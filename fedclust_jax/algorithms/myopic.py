@@ -1,0 +1,64 @@
+"""Myopic-Clustering (Alg. 1 of the threshold-clustering paper, its strawman): every
+client keeps its own model x_i ([N, ...]); each round the server clusters the current
+gradients {g_i(x_i)} into K centers (k-means, k-means++ seeding; the paper leaves the
+method open) and x_i -= eta v_{k_i}. Byzantine clients send the attack's vectors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from fedclust_jax.algorithms.base import check_clusters
+from fedclust_jax.algorithms.personal import (PersonalModels, PersonalState,
+                                              check_byzantine_config, init_personal,
+                                              own_gradients, personal_state, step_params)
+from fedclust_jax.attacks import ByzantineSetting
+from fedclust_jax.core.kmeans import kmeans
+from fedclust_jax.core.train import LocalTraining
+
+
+@dataclasses.dataclass(frozen=True)
+class MyopicConfig(ByzantineSetting):
+    """num_clusters: K; local: lr = eta; kmeans_iters: Lloyd iterations per round;
+    same_init; byz_frac and attack fields (placement unused); chunk."""
+
+    num_clusters: int = 2
+    local: LocalTraining = LocalTraining(steps=1, lr=0.1)
+    kmeans_iters: int = 20
+    same_init: bool = True
+    chunk: int | None = None
+
+    def __post_init__(self):
+        check_clusters(self.num_clusters)
+        check_byzantine_config(self)
+
+
+def myopic_direction(key, grads, k: int, iters: int = 20):
+    """(v [N, P], assign int32[N]): the k-means center of each client's gradient cluster."""
+    centres, labels, _ = kmeans(key, grads, k, iters=iters)
+    return centres[labels], labels
+
+
+class Myopic(PersonalModels):
+    name = "myopic"
+    clusters_clients = True
+
+    def __init__(self, model, cfg: MyopicConfig = MyopicConfig()):
+        super().__init__(model, cfg)
+
+    def init(self, key, data, params=None) -> PersonalState:
+        if params is None:
+            params = init_personal(self.model, key, data, self.cfg.same_init)
+        return personal_state(params, data)
+
+    def round(self, state, key, data):
+        cfg = self.cfg
+        g = own_gradients(self.model, cfg.local, self.attack, state.params, data, key,
+                          cfg.byz_frac, cfg.chunk)
+        v, assign = myopic_direction(jax.random.fold_in(key, 5), g, cfg.num_clusters,
+                                     cfg.kmeans_iters)
+        params = step_params(state.params, v, cfg.local.lr_at(state.round))
+        return state.replace(params=params, assign=assign, round=state.round + 1), dict(
+            step_norm=jnp.linalg.norm(v, axis=1).mean())

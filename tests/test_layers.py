@@ -1,0 +1,95 @@
+"""The package's imports flow one way (DESIGN.md section 1):
+
+    data, models, metrics, checkpoint  ->  core  ->  attacks  ->  algorithms
+        ->  experiment, presets  ->  cli (and __main__)
+
+A module may import its own layer or any layer below, never one above. metrics and
+checkpoint import nothing of the package (host-side numpy helpers), so they sit at the
+bottom with data and models where every layer may use them; presets are plain study
+dicts read by cli, at experiment's level. Every ``import`` statement counts, also those
+inside functions (walked with ``ast``, nothing is imported)."""
+
+import ast
+import pathlib
+import sys
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "fedclust_jax"
+LAYERS = {"data": 0, "models": 0, "metrics": 0, "checkpoint": 0, "core": 1, "attacks": 2,
+          "algorithms": 3, "experiment": 4, "presets": 4, "cli": 5, "__main__": 5,
+          "__init__": 5}
+
+
+def layer_of(module: str) -> int:
+    """Layer of 'fedclust_jax.<part>...' (the first component below the package)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return LAYERS["__init__"]
+    if parts[1] not in LAYERS:
+        raise AssertionError(f"{module}: no layer for {parts[1]!r}; add it to LAYERS")
+    return LAYERS[parts[1]]
+
+
+def module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports(path: pathlib.Path, name: str):
+    """(line, imported module) for every package import in the file."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("fedclust_jax"):
+                    yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("fedclust_jax"):
+                if target == "fedclust_jax":     # from fedclust_jax import checkpoint, metrics
+                    for alias in node.names:
+                        yield node.lineno, f"fedclust_jax.{alias.name}"
+                else:
+                    yield node.lineno, target
+
+
+def upward_imports():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        here = layer_of(name if name != "fedclust_jax" else "fedclust_jax")
+        for line, target in imports(path, name):
+            if layer_of(target) > here:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}")
+    return found
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    assert upward_imports() == []
+
+
+def test_the_walk_sees_imports(tmp_path, monkeypatch):
+    """The checker finds an upward import, also a relative one inside a function."""
+    pkg = tmp_path / "fedclust_jax"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "data" / "bad.py").write_text(
+        "def f():\n    from ..algorithms import ifca\n    import fedclust_jax.cli\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", pkg)
+    assert [s.split(" imports ")[1] for s in upward_imports()] == [
+        "fedclust_jax.algorithms", "fedclust_jax.cli"]
+
+
+@pytest.mark.parametrize("module, layer", [("fedclust_jax.data.points", 0),
+                                           ("fedclust_jax.attacks", 2),
+                                           ("fedclust_jax.cli", 5)])
+def test_layer_of(module, layer):
+    assert layer_of(module) == layer
