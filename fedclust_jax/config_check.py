@@ -57,11 +57,17 @@ RANGES = {
     "sigma": (0, True, 1, True), "krum_frac": (0, True, 1, False),
 }
 
+# How a message names a value besides its key.
+WORDS = {"lr": "learning rate", "steps": "local steps", "erm_lr": "ERM learning rate",
+         "personal_lr": "personal learning rate", "num_clusters": "number of clusters",
+         "num_clients": "number of clients", "participation": "participation fraction"}
+
 # The study's own keys: (annotation, default).
 STUDY_TYPES = {"dataset": (str, _MISSING), "data": (dict, _MISSING),
                "model": (str | None, None), "model_args": (dict, _MISSING),
                "rounds": (int, 100), "seed": (int, 0), "restarts": (int, 1),
-               "rounds_per_chunk": (int | None, None), "algorithms": (dict, _MISSING)}
+               "rounds_per_chunk": (int | None, None), "algorithms": (dict, _MISSING),
+               "devices": (int | None, None)}
 
 
 def _kinds(annotation, default) -> tuple[list[type], bool]:
@@ -136,7 +142,8 @@ def _fail(where: str, name: str, value, annotation, default, problem: str = ""):
     if isinstance(value, str) and not isinstance(value, CliText):
         shown = f"the string {value!r}"
     problem = problem or "is not allowed"
-    raise ConfigError(f"{where}{name} = {shown} {problem}; {name} takes "
+    words = f"{WORDS[name]} " if name in WORDS else ""
+    raise ConfigError(f"{where}{words}{name} = {shown} {problem}; {name} takes "
                       f"{describe(name, annotation, default)}")
 
 
@@ -286,14 +293,30 @@ def check_data(dataset: str, params: dict) -> dict:
     return check_fields(params, fields, f"dataset {dataset}: ", "parameter")
 
 
+def model_fields(model: str) -> tuple[dict, bool]:
+    """({name: (annotation, default)}, open-ended) of a registered model's parameters
+    (the wrapped builder's keywords where the registry entry forwards ``**params``)."""
+    from fedclust_jax.models.registry import MODELS
+    fields, var_kw = signature_fields(MODELS[model])
+    if var_kw and model == "linear":
+        from fedclust_jax.models.linear import linear_regression
+        fields.update(signature_fields(linear_regression, skip=("dim",))[0])
+        var_kw = False
+    elif var_kw and model == "mlp":
+        fields.update(signature_fields(__import__("fedclust_jax.models.mlp", fromlist=["mlp"]).mlp,
+                                       skip=("sizes", "task"))[0])
+        var_kw = False
+    return fields, var_kw
+
+
 def check_model_args(model: str | None, args: dict) -> dict:
     from fedclust_jax.models.registry import MODELS
-    if model is None:
+    if model is None:  # the task's default (linear or MLP), known once the data is built
         return check_fields(args, {"hidden": (None, (200,))}, "model: ", "parameter",
                             open_ended=True)
     if not isinstance(model, str) or model not in MODELS:
         raise ConfigError(f"unknown model {model!r}; available: {', '.join(sorted(MODELS))}")
-    fields, var_kw = signature_fields(MODELS[model])
+    fields, var_kw = model_fields(model)
     return check_fields(args, fields, f"model {model}: ", "parameter", open_ended=var_kw)
 
 
