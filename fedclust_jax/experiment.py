@@ -252,6 +252,14 @@ def load_study_data(cfg: ExperimentConfig):
                          f"{e}); check or re-download them") from None
 
 
+def effective_data(cfg: ExperimentConfig) -> dict:
+    """Every parameter of the dataset builder as used: ``cfg.data`` over its defaults."""
+    fields, _ = config_check.signature_fields(DATASETS[cfg.dataset])
+    out = {k: d for k, (_, d) in fields.items() if d is not dataclasses.MISSING}
+    out.update(cfg.data)
+    return out
+
+
 def check_fits_data(label: str, cfg: ExperimentConfig, data):
     """Stops before compute when a setting cannot work on the built data: a minibatch larger
     than every client's training set."""
@@ -289,8 +297,11 @@ def run_study(study: dict, *, progress: bool = True, checkpoint: str | None = No
             on_start(label, cfg, data)
         r = run_experiment(cfg, data=data, progress=progress, checkpoint=paths[label], devices=devices)
         r["algorithm"] = label
-        r["effective"] = {"model": cfg.model or DEFAULT_MODEL[data.task],
+        r["effective"] = {"dataset": cfg.dataset, "data": effective_data(cfg),
+                          "model": cfg.model or DEFAULT_MODEL[data.task],
+                          "model_args": cfg.model_args,
                           "params": effective_params(cfg.algorithm, cfg.params),
+                          "rounds": cfg.rounds, "seed": cfg.seed, "restarts": cfg.restarts,
                           "checkpoint": paths[label]}
         r["environment"] = env
         results.append(r)

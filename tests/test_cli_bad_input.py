@@ -160,3 +160,14 @@ def test_corrupt_data_files_are_one_line(tmp_path, capsys):
     assert main(["run", "--dataset", "femnist", "--algorithm", "fedavg", "--data-dir",
                  str(tmp_path / "missing"), "--rounds", "1", "--no-progress"]) == 2
     one_line_error(capsys, "femnist", "not found")
+
+
+def test_restarts_that_cannot_fit_stop_before_rounds(capsys, monkeypatch):
+    pytest.importorskip("fedclust_jax.core.memory")  # the memory pre-check of the runner
+
+    def refuse(*a, **k):
+        raise AssertionError("rounds started")
+    monkeypatch.setattr(experiment, "run_rounds", refuse)
+    assert main(["run", "--algorithm", "ifca", "--restarts", "10000000", "--rounds", "2",
+                 "--no-progress"]) == 2
+    one_line_error(capsys, "restarts")

@@ -13,42 +13,38 @@ from fedclust_jax.experiment import study_configs
 from fedclust_jax.presets import DATASETS, dataset_study, preset
 
 TINY = ["--dataset", "gaussian-mixture", "--data", "num_clients=8", "--data",
-        "samples_per_client=10", "--data", "test_samples_per_client=5", "--rounds", "2",
-        "--restarts", "1"]
+        "samples_per_client=10", "--data", "test_samples_per_client=5", "--data", "dim=5",
+        "--model-arg", "hidden=[4]", "--rounds", "2", "--restarts", "1"]
 
 
 def test_checkpoint_is_the_given_file_for_one_algorithm(tmp_path, capsys):
     ck = tmp_path / "ck.npz"
-    assert main(["run", "--algorithm", "ifca", "--checkpoint", str(ck)] + TINY) == 0
+    assert main(["run", "--algorithm", "fedavg", "--checkpoint", str(ck)] + TINY) == 0
     assert os.listdir(tmp_path) == ["ck.npz"]
     capsys.readouterr()
-    assert main(["run", "--algorithm", "ifca", "--checkpoint", str(ck)] + TINY[:-4]
-                + ["--rounds", "3", "--restarts", "1"]) == 0
+    assert main(["run", "--algorithm", "fedavg", "--checkpoint", str(ck)] + TINY
+                + ["--rounds", "3"]) == 0
     err = capsys.readouterr().err
     assert "resuming from round 2 of 3" in err
     assert "\r" not in err  # stderr is not a terminal: plain lines
 
 
-def test_checkpoints_per_algorithm_are_named(tmp_path, capsys):
-    ck = tmp_path / "ck.npz"
-    assert main(["compare", "--algorithms", "fedavg,ifca", "--checkpoint", str(ck),
-                 "--no-progress"] + TINY) == 0
-    assert sorted(os.listdir(tmp_path)) == ["ck-fedavg.npz", "ck-ifca.npz"]
-    err = capsys.readouterr().err
-    assert str(tmp_path / "ck-fedavg.npz") in err and str(tmp_path / "ck-ifca.npz") in err
-
-
-def test_json_holds_effective_config_and_environment(tmp_path, capsys):
+def test_checkpoints_per_algorithm_json_and_settings(tmp_path, capsys):
+    ck = tmp_path / "ck" / "ck.npz"
     out = tmp_path / "new" / "folder" / "r.json"
-    assert main(["compare", "--algorithms", "fedavg,ifca", "--output", str(out),
-                 "--no-progress"] + TINY) == 0
-    printed = capsys.readouterr().out
+    assert main(["compare", "--algorithms", "fedavg,ifca", "--checkpoint", str(ck),
+                 "--output", str(out), "--no-progress"] + TINY) == 0
+    assert sorted(os.listdir(tmp_path / "ck")) == ["ck-fedavg.npz", "ck-ifca.npz"]
+    captured = capsys.readouterr()
+    assert str(tmp_path / "ck" / "ck-fedavg.npz") in captured.err
+    assert str(tmp_path / "ck" / "ck-ifca.npz") in captured.err
+    printed = captured.out
     assert printed.index("num_clusters=4") < printed.index("algorithm ")  # settings above the table
     r = json.loads(out.read_text())
     ifca = r[1]
     assert ifca["effective"]["params"]["num_clusters"] == 4
     assert ifca["effective"]["params"]["weighting"] == "equal"  # defaults included
-    assert ifca["effective"]["model"] == "mlp" and ifca["config"]["model_args"] == {"hidden": [64]}
+    assert ifca["effective"]["model"] == "mlp" and ifca["config"]["model_args"] == {"hidden": [4]}
     env = ifca["environment"]
     assert {"fedclust_jax", "jax", "jaxlib", "backend", "device"} <= set(env)
 
