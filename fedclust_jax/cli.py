@@ -459,6 +459,11 @@ def main(argv=None) -> int:
                   f"objective; oracle best restart (uses ground truth, diagnostic only): {diag}")
     code = 0
     for r in results:
+        m = r["metrics"]
+        if m.get("misclustering") and m.get("num_clusters_found") is not None:
+            print(f"note: {r['algorithm']} misclusters {m['misclustering']:.2f} of the clients "
+                  f"({m['num_clusters_found']} clusters found); try more --restarts or another "
+                  "--lr (`fedclust-jax list` shows the settings)")
         bad = [k for k in ("test_loss", "test_acc") if isinstance(r["metrics"].get(k), float)
                and r["metrics"][k] != r["metrics"][k]]
         if bad:
