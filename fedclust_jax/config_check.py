@@ -73,8 +73,10 @@ STUDY_TYPES = {"dataset": (str, _MISSING), "data": (dict, _MISSING),
 def _kinds(annotation, default) -> tuple[list[type], bool]:
     """(accepted base types in preference order, None allowed) for an annotation."""
     if annotation is None or annotation is inspect.Parameter.empty or annotation is Any:
-        if default is None or default is _MISSING:
-            return [], True  # anything (e.g. data_dir: a path or None)
+        if default is None:
+            return [str], True  # unannotated, default None: a path or name (data_dir)
+        if default is _MISSING:
+            return [], True
         annotation = list if isinstance(default, (tuple, list)) else type(default)
     args = typing.get_args(annotation)
     origin = typing.get_origin(annotation)
