@@ -264,7 +264,7 @@ def check_fits_data(label: str, cfg: ExperimentConfig, data):
     """Stops before compute when a setting cannot work on the built data: a minibatch larger
     than every client's training set."""
     from fedclust_jax.algorithms.registry import effective_params
-    batch = effective_params(cfg.algorithm, cfg.params).get("batch_size")
+    batch = effective_params(cfg.algorithm, cfg.params, data).get("batch_size")
     largest = int(np.max(np.asarray(data.count))) if data.num_clients else 0
     if batch is not None and batch > largest:
         raise ValueError(f"{label}: batch_size {batch} is larger than every client's training "
@@ -300,7 +300,7 @@ def run_study(study: dict, *, progress: bool = True, checkpoint: str | None = No
         r["effective"] = {"dataset": cfg.dataset, "data": effective_data(cfg),
                           "model": cfg.model or DEFAULT_MODEL[data.task],
                           "model_args": cfg.model_args,
-                          "params": effective_params(cfg.algorithm, cfg.params),
+                          "params": effective_params(cfg.algorithm, cfg.params, data),
                           "rounds": cfg.rounds, "seed": cfg.seed, "restarts": cfg.restarts,
                           "checkpoint": paths[label]}
         r["environment"] = env

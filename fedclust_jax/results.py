@@ -50,7 +50,9 @@ def format_settings(results: list[dict]) -> str:
     for r in results:
         eff = r.get("effective", {})
         params = eff.get("params", r["config"].get("params", {}))
-        head = (f"{r['algorithm']} ({r['config']['algorithm']}): rounds={r['config']['rounds']} "
+        name = r["config"]["algorithm"]
+        label = r["algorithm"] if r["algorithm"] == name else f"{r['algorithm']} ({name})"
+        head = (f"{label}: rounds={r['config']['rounds']} "
                 f"restarts={r['config']['restarts']} model={eff.get('model', r['config'].get('model'))}")
         model_args = r["config"].get("model_args") or {}
         if model_args:

@@ -82,9 +82,12 @@ def make_config(config_cls, params: dict, algorithm: str):
     return config_cls(**rest)
 
 
-def effective_params(name: str, params: dict) -> dict:
-    """Every flat parameter of algorithm ``name`` as it will run: ``params`` over the
-    defaults (JSON-able values)."""
+def effective_params(name: str, params: dict, data=None) -> dict:
+    """Every flat parameter of algorithm ``name`` as it will run on ``data``: ``params``
+    over the defaults (JSON-able values)."""
+    params = dict(params)
+    if name == "oracle" and data is not None:
+        params.setdefault("num_clusters", max(data.num_true_clusters, 1))
     cfg = make_config(ALGORITHMS[name].config_cls, params, name)
     out = {}
     for f in dataclasses.fields(cfg):
