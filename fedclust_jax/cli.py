@@ -179,14 +179,14 @@ def add_common(p: argparse.ArgumentParser):
     g.add_argument("--model", help="model name (default: the dataset's paper model, see `fedclust-jax list DATASET`)")
     g.add_argument("--model-arg", action="append", metavar="KEY=VALUE", help="model parameter (repeatable), e.g. --model-arg hidden=[200]")
     g = p.add_argument_group("schedule")
-    g.add_argument("--rounds", type=CliText, help="communication rounds")
+    g.add_argument("--rounds", type=CliText, help="communication rounds (default: the dataset's)")
     g.add_argument("--seed", type=CliText, help="root random seed (data and algorithms)")
     g.add_argument("--restarts", type=CliText, help="random initialisations run as a batch; the one with the lowest training objective is reported")
     g = p.add_argument_group("algorithm parameters (applied to every chosen algorithm that has them)")
     g.add_argument("--clusters", type=CliText, help="number of cluster models K")
     g.add_argument("--lr", type=CliText, help="step size gamma")
     g.add_argument("--local-steps", type=CliText, help="local steps tau per round")
-    g.add_argument("--batch-size", type=CliText, help="minibatch size (default: full batch)")
+    g.add_argument("--batch-size", type=CliText, help="minibatch size (default: the dataset's; none = full batch)")
     g.add_argument("--participation", type=CliText, help="fraction of clients per round, in (0, 1]")
     g.add_argument("--option", choices=["gradient", "model"], help="IFCA option I (gradient) or II (model averaging)")
     g.add_argument("--chunk", type=CliText, help="clients per vectorized chunk (bounds memory; default all)")
@@ -223,7 +223,7 @@ def make_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="run several algorithms on the same data and seed",
                           description="Run several algorithms on the same data and seed; prints one table "
                                       "(accuracy or loss, misclustering, ARI, parameter error, wall time).")
-    cmp_.add_argument("--algorithms", help="comma-separated algorithm names (default: the preset's)")
+    cmp_.add_argument("--algorithms", help="comma-separated algorithm names (default: the preset's or the dataset's list)")
     add_common(cmp_)
     lst = sub.add_parser("list", help="list datasets, models, algorithms and presets; "
                                       "`list NAME`: its parameters with defaults, types and meanings")
