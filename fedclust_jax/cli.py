@@ -461,8 +461,9 @@ def main(argv=None) -> int:
     for r in results:
         m = r["metrics"]
         if m.get("misclustering") and m.get("num_clusters_found") is not None:
-            print(f"note: {r['algorithm']} misclusters {m['misclustering']:.2f} of the clients (clusters "
-                  f"({m['num_clusters_found']} found); try more --restarts or another --lr")
+            print(f"note: {r['algorithm']} misclusters {m['misclustering']:.2f} of the clients, "
+                  f"with {m['num_clusters_found']} cluster(s) found; try more --restarts or "
+                  "another --lr")
         bad = [k for k in ("test_loss", "test_acc") if isinstance(r["metrics"].get(k), float)
                and r["metrics"][k] != r["metrics"][k]]
         if bad:
