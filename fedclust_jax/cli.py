@@ -311,7 +311,7 @@ def describe_dataset(name: str) -> str:
     from fedclust_jax.config_check import signature_fields
     from fedclust_jax.data.registry import DATASETS as BUILDERS
     from fedclust_jax.data.sources import ENV_VAR, resolve_data_dir
-    from fedclust_jax.presets import DATASETS as DEFAULTS
+    from fedclust_jax.presets import DATASET_DEFAULTS as DEFAULTS
     fn = BUILDERS[name]
     fields, _ = signature_fields(fn)
     docs = {k: DATA_HELP.get(k, "") for k in fields}
@@ -379,7 +379,7 @@ def list_everything(name: str | None = None) -> str:
         raise ValueError(f"nothing called {name!r}; `fedclust-jax list` shows the algorithms, "
                          "datasets, models and presets")
     lines = ["datasets (`list NAME` for parameters and defaults):"]
-    from fedclust_jax.presets import DATASETS as DEFAULTS
+    from fedclust_jax.presets import DATASET_DEFAULTS as DEFAULTS
     for n, fn in sorted(DATASETS.items()):
         lines.append(f"  {n:24s} {_clip(_first_sentence(fn.__doc__), 90)}")
     lines.append("models:")

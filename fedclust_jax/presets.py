@@ -4,7 +4,7 @@ A study is a dict: dataset, data (builder parameters), model, model_args, rounds
 and algorithms: {label: params}; params hold the algorithm's flat parameters, plus
 optionally "algorithm" (the registered name, default: the label), "restarts" and "rounds".
 
-``DATASETS`` holds one entry per dataset: the model its paper trains, the round budget,
+``DATASET_DEFAULTS`` holds one entry per dataset: the model its paper trains, the round budget,
 the local training every algorithm gets (``training``: applied to each chosen algorithm
 that takes the key), per-algorithm settings from the paper, the algorithms ``compare``
 runs by default, and where the numbers come from. ``dataset_study(name, algorithms)``
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import copy
 
-# Keys of a DATASETS entry: model (None = linear for regression, MLP for classification),
+# Keys of a DATASET_DEFAULTS entry: model (None = linear for regression, MLP for classification),
 # model_args, data (builder parameters overriding its defaults), rounds, training,
 # algorithms {name: params}, source; optional "unsupported" (why no registered algorithm
 # runs on it).
-DATASETS: dict[str, dict] = {
+DATASET_DEFAULTS: dict[str, dict] = {
     "synthetic-regression": {
         "model": "linear", "model_args": {}, "data": {}, "rounds": 300,
         # Local GD on n=100 < d=1000 points needs lr < 2 / lambda_max(2 X^T X / n) ~ 0.058.
@@ -175,13 +175,13 @@ DEFAULT_PRESET = "ifca-synthetic"
 
 def default_model(dataset: str) -> str | None:
     """The model the dataset's paper trains (None: linear for regression, MLP otherwise)."""
-    return DATASETS.get(dataset, {}).get("model")
+    return DATASET_DEFAULTS.get(dataset, {}).get("model")
 
 
 def algorithm_defaults(dataset: str, algorithm: str, accepted) -> dict:
     """Parameters ``algorithm`` gets on ``dataset``: the dataset's ``training`` keys it
     accepts, then the paper's settings for it (which may add "restarts" and "rounds")."""
-    entry = DATASETS.get(dataset, {})
+    entry = DATASET_DEFAULTS.get(dataset, {})
     params = {k: v for k, v in entry.get("training", {}).items() if k in accepted}
     own = entry.get("algorithms", {}).get(algorithm, {})
     params.update({k: v for k, v in own.items() if k in accepted or k in ("restarts", "rounds")})
@@ -194,7 +194,7 @@ def dataset_study(dataset: str, algorithms: list[str] | None = None) -> dict:
     from fedclust_jax.data.registry import DATASETS as BUILDERS
     if dataset not in BUILDERS:
         raise ValueError(f"unknown dataset {dataset!r}; available: {', '.join(sorted(BUILDERS))}")
-    entry = DATASETS.get(dataset)
+    entry = DATASET_DEFAULTS.get(dataset)
     if entry is None:
         raise ValueError(f"dataset {dataset!r} has no defaults in fedclust_jax/presets.py; "
                          "write a study file (--config) for it")

@@ -10,7 +10,7 @@ from fedclust_jax import results as results_mod
 from fedclust_jax.algorithms.registry import ALGORITHMS, effective_params, make_config
 from fedclust_jax.cli import main
 from fedclust_jax.experiment import study_configs
-from fedclust_jax.presets import DATASETS, dataset_study, preset
+from fedclust_jax.presets import DATASET_DEFAULTS as DATASETS, dataset_study, preset
 
 TINY = ["--dataset", "gaussian-mixture", "--data", "num_clients=8", "--data",
         "samples_per_client=10", "--data", "test_samples_per_client=5", "--data", "dim=5",
