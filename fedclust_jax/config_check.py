@@ -80,6 +80,8 @@ def _kinds(annotation, default) -> tuple[list[type], bool]:
         annotation = list if isinstance(default, (tuple, list)) else type(default)
     args = typing.get_args(annotation)
     origin = typing.get_origin(annotation)
+    if origin is typing.Literal:  # e.g. chunk: int | Literal["auto"] | None
+        return list(dict.fromkeys(type(a) for a in args)), False
     if origin in (typing.Union, types.UnionType):
         kinds, none = [], False
         for a in args:
