@@ -108,9 +108,9 @@ def build_study(args, *, single: bool) -> dict:
         study["data"].update(parse_pairs(args.data, "--data"))
         if args.data_dir is not None:
             study["data"]["data_dir"] = args.data_dir
-    if args.model is not None:
+    if args.model is not None and args.model != study.get("model"):
         study["model"] = args.model
-        study["model_args"] = {}
+        study["model_args"] = {}  # the default's arguments belong to the default model
     if isinstance(study.get("model_args", {}), dict):
         study["model_args"] = dict(study.get("model_args") or {})
         study["model_args"].update(parse_pairs(args.model_arg, "--model-arg"))
