@@ -136,3 +136,10 @@ def test_list_name_shows_defaults_types_and_meanings(capsys):
     assert "2400" in out and "num_clients" in out
     assert main(["list", "mlp"]) == 0 and "hidden" in capsys.readouterr().out
     assert main(["list", "nope"]) == 2
+
+
+def test_a_diverged_run_says_so_and_exits_1(capsys):
+    argv = ["run", "--algorithm", "fedavg", "--lr", "1e30", "--no-progress", "--data",
+            "num_clients=4", "--data", "dim=5", "--data", "samples_per_client=5", "--rounds", "2"]
+    assert main(argv) == 1
+    assert "diverged" in capsys.readouterr().err
