@@ -432,6 +432,11 @@ def main(argv=None) -> int:
         study = build_study(args, single=args.command == "run")
         configs = study_configs(study)  # every value type- and range-checked, no data built
         devices = check_study_value("devices", args.devices) if args.devices is not None else None
+        if devices is not None and devices > 1:
+            import jax
+            if devices > jax.device_count():
+                raise ValueError(f"--devices {devices}: only {jax.device_count()} "
+                                 f"{jax.default_backend()} device(s) here")
         labels = [label for label, _ in configs]
         check_paths(args, labels)
         if args.checkpoint and len(labels) > 1:

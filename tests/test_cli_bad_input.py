@@ -59,6 +59,7 @@ def one_line_error(capsys, *words):
     (["--model", "mlp", "--model-arg", "hidden=abc"], ["hidden", "list"]),
     (["--model", "nope"], ["unknown model 'nope'"]),
     (["--devices", "0"], ["devices", ">= 1"]),
+    (["--devices", "4096"], ["--devices 4096", "device(s) here"]),
     (["--algorithm", "nope"], ["unknown algorithm 'nope'"]),
 ])
 def test_run_rejects_bad_values(argv, words, capsys, no_compute):
