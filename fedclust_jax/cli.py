@@ -3,57 +3,62 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import json
+import os
 import sys
 import tomllib
 
-from fedclust_jax.presets import DEFAULT_PRESET, PRESETS, preset
+from fedclust_jax.algorithms.registry import ALGORITHMS, accepted_params
+from fedclust_jax.config_check import CliText
+from fedclust_jax.presets import DEFAULT_PRESET, PRESETS, dataset_study, preset
 
 EPILOG = """\
 examples:
   fedclust-jax compare                      # FedAvg, Local and IFCA on the IFCA synthetic mixture
   fedclust-jax compare --preset mixture-classification --rounds 20
   fedclust-jax run --algorithm ifca --clusters 2 --lr 0.1 --set option=gradient --restarts 10
-  fedclust-jax run --config my_study.toml --output results.json
-  fedclust-jax list                         # datasets, models, algorithms and their parameters
+  fedclust-jax compare --config my_study.toml --output results.json
+  fedclust-jax compare --dataset femnist --data-dir /path/to/data   # the paper's CNN and settings
+  fedclust-jax list                         # datasets, models, algorithms, presets
+  fedclust-jax list ifca                    # its parameters: default, type, meaning
 
 config files (JSON or TOML) hold a study: dataset, data {...}, model, model_args {...},
-rounds, seed, restarts, and algorithms {label: {param: value, algorithm: name}}.
+rounds, seed, restarts, and algorithms {label: {param: value, algorithm: name, restarts: R,
+rounds: T}}.
 """
 
 
-def parse_value(text: str):
-    """'3' -> 3, '0.1' -> 0.1, 'true' -> True, 'none' -> None, '[1,2]' -> [1, 2], else str."""
-    low = text.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
 def parse_pairs(pairs: list[str] | None, flag: str) -> dict:
+    """['k=v', ...] -> {k: CliText(v)}: each value is converted to the type its key expects
+    (``config_check``)."""
     out = {}
     for pair in pairs or []:
         if "=" not in pair:
-            raise ValueError(f"{flag} takes key=value, got {pair!r}")
+            raise ValueError(f"{flag} takes KEY=VALUE, got {pair!r}")
         key, value = pair.split("=", 1)
-        out[key.strip()] = parse_value(value)
+        if not key.strip():
+            raise ValueError(f"{flag} takes KEY=VALUE, got {pair!r}")
+        out[key.strip()] = CliText(value.strip())
     return out
 
 
 def load_config(path: str) -> dict:
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f) if path.endswith(".toml") else json.load(f)
+            study = tomllib.load(f) if path.endswith(".toml") else json.load(f)
     except FileNotFoundError:
         raise ValueError(f"config file {path!r} not found") from None
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ValueError(f"config file {path!r} is not valid: {e}") from None
+    except IsADirectoryError:
+        raise ValueError(f"config file {path!r} is a folder; give a .toml or .json file") from None
+    except OSError as e:
+        raise ValueError(f"config file {path!r} cannot be read ({e.strerror or e})") from None
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        kind = "TOML" if path.endswith(".toml") else "JSON"
+        raise ValueError(f"config file {path!r} is not valid {kind}: {e}") from None
+    if not isinstance(study, dict):
+        raise ValueError(f"config file {path!r} must hold a table (dataset, data, rounds, "
+                         f"algorithms, ...), got {type(study).__name__}")
+    return study
 
 
 SHARED_FLAGS = (("clusters", "num_clusters"), ("lr", "lr"), ("local_steps", "steps"),
@@ -61,33 +66,76 @@ SHARED_FLAGS = (("clusters", "num_clusters"), ("lr", "lr"), ("local_steps", "ste
                 ("option", "option"), ("chunk", "chunk"))
 
 
-def build_study(args, *, single: bool) -> dict:
-    """The study to run: preset or config file, then command-line overrides."""
-    study = load_config(args.config) if args.config else preset(args.preset or DEFAULT_PRESET)
-    for name in ("dataset", "model", "rounds", "seed", "restarts"):
-        if getattr(args, name) is not None:
-            study[name] = getattr(args, name)
-    if args.dataset is not None and args.config is None and args.dataset != preset(args.preset or DEFAULT_PRESET)["dataset"]:
-        study["data"], study["model_args"] = {}, {}  # the preset's parameters belong to its dataset
-    study.setdefault("data", {}).update(parse_pairs(args.data, "--data"))
-    if args.data_dir is not None:
-        study["data"]["data_dir"] = args.data_dir
-    study.setdefault("model_args", {}).update(parse_pairs(args.model_arg, "--model-arg"))
+def base_study(args, names: list[str] | None) -> dict:
+    """The study before command-line overrides: a config file, a dataset's defaults
+    (``--dataset``), or a preset (default ``ifca-synthetic``)."""
+    if args.config:
+        study = load_config(args.config)
+        if args.dataset is not None and args.dataset != study.get("dataset"):
+            # the file's data and model belong to its dataset; take the new dataset's
+            defaults = dataset_study(args.dataset, [])
+            study.update({k: defaults[k] for k in ("dataset", "data", "model", "model_args")})
+        return study
+    if args.dataset is not None:
+        if args.preset is not None and PRESETS[args.preset] != args.dataset:
+            raise ValueError(f"--preset {args.preset} is a study of {PRESETS[args.preset]!r}, not "
+                             f"{args.dataset!r}; drop --preset to get {args.dataset}'s own defaults")
+        return dataset_study(args.dataset, names)
+    study = preset(args.preset or DEFAULT_PRESET)
+    if names is not None:
+        study = dataset_study(study["dataset"], names)
+    return study
 
+
+def build_study(args, *, single: bool) -> dict:
+    """The study to run: config file, dataset defaults or preset, then command-line
+    overrides (values typed on the command line stay ``CliText`` until checked)."""
     chosen = args.algorithm if single else args.algorithms
+    names = None
     if chosen:
         names = [chosen] if single else [a.strip() for a in chosen.split(",") if a.strip()]
-        known = study.get("algorithms", {})
-        study["algorithms"] = {n: dict(known.get(n, {})) for n in names}
-    elif single and len(study.get("algorithms", {})) != 1:
-        raise ValueError("`run` needs one algorithm: pass --algorithm NAME "
-                         f"(the study has {sorted(study.get('algorithms', {}))})")
+        if not names:
+            raise ValueError("--algorithms needs at least one name, e.g. --algorithms fedavg,ifca")
+        unknown = [n for n in names if n not in ALGORITHMS]
+        if unknown and not args.config:
+            raise ValueError(f"unknown algorithm {unknown[0]!r}; available: {', '.join(sorted(ALGORITHMS))}")
+    study = base_study(args, names)
+    for name in ("rounds", "seed"):
+        if getattr(args, name) is not None:
+            study[name] = getattr(args, name)
+    study["data"] = dict(study.get("data") or {}) if isinstance(study.get("data", {}), dict) else study["data"]
+    if isinstance(study["data"], dict):
+        study["data"].update(parse_pairs(args.data, "--data"))
+        if args.data_dir is not None:
+            study["data"]["data_dir"] = args.data_dir
+    if args.model is not None and args.model != study.get("model"):
+        study["model"] = args.model
+        study["model_args"] = {}  # the default's arguments belong to the default model
+    if isinstance(study.get("model_args", {}), dict):
+        study["model_args"] = dict(study.get("model_args") or {})
+        study["model_args"].update(parse_pairs(args.model_arg, "--model-arg"))
+
+    known = study.get("algorithms") or {}
+    if not isinstance(known, dict):
+        raise ValueError(f"'algorithms' must be a table {{label: {{parameter: value}}}}, got {known!r}")
+    if names is not None and args.config:
+        missing = [n for n in names if n not in known and n not in ALGORITHMS]
+        if missing:
+            raise ValueError(f"unknown algorithm {missing[0]!r}; the study has {sorted(known)}, "
+                             f"available: {', '.join(sorted(ALGORITHMS))}")
+        study["algorithms"] = {n: dict(known.get(n) or {}) for n in names}
+    elif single and len(known) != 1:
+        raise ValueError("`run` runs one algorithm: pass --algorithm NAME (the study has "
+                         f"{sorted(known)}), or use `compare` to run them all")
+    labels = study["algorithms"]
+    for label, params in labels.items():
+        if params is not None and not isinstance(params, dict):
+            raise ValueError(f"algorithms.{label} must be a table {{parameter: value}}, got {params!r}")
+        labels[label] = dict(params or {})
     if args.restarts is not None:
-        for params in study["algorithms"].values():
+        for params in labels.values():
             params["restarts"] = args.restarts
 
-    from fedclust_jax.algorithms.registry import ALGORITHMS, accepted_params
-    labels = study["algorithms"]
     def accepts(label, key):
         name = labels[label].get("algorithm", label)
         if name not in ALGORITHMS:
@@ -106,6 +154,10 @@ def build_study(args, *, single: bool) -> dict:
             label, key = key.split(".", 1)
             if label not in labels:
                 raise ValueError(f"--set {label}.{key}: no algorithm {label!r} in {sorted(labels)}")
+            if key not in ("restarts", "rounds") and not accepts(label, key):
+                name = labels[label].get("algorithm", label)
+                raise ValueError(f"--set {label}.{key}: algorithm {name!r} has no parameter {key!r}; "
+                                 f"it takes {', '.join(accepted_params(name))}")
             labels[label][key] = value
         else:
             targets = [l for l in labels if accepts(l, key)]
@@ -120,39 +172,50 @@ def add_common(p: argparse.ArgumentParser):
     g = p.add_argument_group("what to run")
     g.add_argument("--preset", choices=sorted(PRESETS), help=f"named study (default {DEFAULT_PRESET})")
     g.add_argument("--config", help="study file (.json or .toml); replaces the preset")
-    g.add_argument("--dataset", help="dataset name (see `fedclust-jax list`); resets the preset's data parameters")
+    g.add_argument("--dataset", help="dataset name (see `fedclust-jax list`); brings its paper's model and "
+                                     "settings (fedclust_jax/presets.py), not the preset's")
     g.add_argument("--data", action="append", metavar="KEY=VALUE", help="dataset parameter (repeatable), e.g. --data num_clients=400")
     g.add_argument("--data-dir", help="directory holding downloaded datasets (else $FEDCLUST_DATA)")
-    g.add_argument("--model", help="model name (default: linear for regression, MLP for classification)")
+    g.add_argument("--model", help="model name (default: the dataset's paper model, see `fedclust-jax list DATASET`)")
     g.add_argument("--model-arg", action="append", metavar="KEY=VALUE", help="model parameter (repeatable), e.g. --model-arg hidden=[200]")
     g = p.add_argument_group("schedule")
-    g.add_argument("--rounds", type=int, help="communication rounds")
-    g.add_argument("--seed", type=int, help="root random seed (data and algorithms)")
-    g.add_argument("--restarts", type=int, help="random initialisations run as a batch; the one with the lowest training objective is reported")
+    g.add_argument("--rounds", type=CliText, help="communication rounds (default: the dataset's)")
+    g.add_argument("--seed", type=CliText, help="root random seed (data and algorithms)")
+    g.add_argument("--restarts", type=CliText, help="random initialisations run as a batch; the one with the lowest training objective is reported")
     g = p.add_argument_group("algorithm parameters (applied to every chosen algorithm that has them)")
-    g.add_argument("--clusters", type=int, help="number of cluster models K")
-    g.add_argument("--lr", type=float, help="step size gamma")
-    g.add_argument("--local-steps", type=int, help="local steps tau per round")
-    g.add_argument("--batch-size", type=int, help="minibatch size (default: full batch)")
-    g.add_argument("--participation", type=float, help="fraction of clients per round, in (0, 1]")
+    g.add_argument("--clusters", type=CliText, help="number of cluster models K")
+    g.add_argument("--lr", type=CliText, help="step size gamma")
+    g.add_argument("--local-steps", type=CliText, help="local steps tau per round")
+    g.add_argument("--batch-size", type=CliText, help="minibatch size (default: the dataset's; none = full batch)")
+    g.add_argument("--participation", type=CliText, help="fraction of clients per round, in (0, 1]")
     g.add_argument("--option", choices=["gradient", "model"], help="IFCA option I (gradient) or II (model averaging)")
-    g.add_argument("--chunk", type=int, help="clients per vectorized chunk (bounds memory; default all)")
+    g.add_argument("--chunk", type=CliText, help="clients per vectorized chunk (bounds memory; default all)")
     g.add_argument("--set", action="append", metavar="[ALG.]KEY=VALUE", help="any algorithm parameter (repeatable); ALG. limits it to one algorithm")
     g = p.add_argument_group("execution")
     g.add_argument("--checkpoint", help="checkpoint file (.npz) written after every chunk of rounds and "
-                                        "resumed from when it exists (compare: one file per algorithm)")
-    g.add_argument("--devices", type=int, help="split the clients over this many devices (default one)")
+                                        "resumed from when it exists (several algorithms: one file each, "
+                                        "<stem>-<label>.npz)")
+    g.add_argument("--devices", type=CliText, help="split the clients over this many devices (default one)")
     g = p.add_argument_group("output")
     g.add_argument("--output", help="write results (config, metrics, history) to this JSON file")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--no-progress", action="store_true", help="no progress reports (they go to stderr at "
+                                                               "least every 10 s, or every round)")
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse with usage errors on one line (exit code 2, no usage dump)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="fedclust-jax", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="JAX simulator of clustered and Byzantine-robust federated learning.",
         epilog=EPILOG)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=OneLineErrors)
     run = sub.add_parser("run", help="run one algorithm and print its metrics",
                          description="Run one algorithm; prints a table and optionally writes JSON.")
     run.add_argument("--algorithm", help="algorithm name (see `fedclust-jax list`)")
@@ -160,51 +223,238 @@ def make_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="run several algorithms on the same data and seed",
                           description="Run several algorithms on the same data and seed; prints one table "
                                       "(accuracy or loss, misclustering, ARI, parameter error, wall time).")
-    cmp_.add_argument("--algorithms", help="comma-separated algorithm names (default: the preset's)")
+    cmp_.add_argument("--algorithms", help="comma-separated algorithm names (default: the preset's or the dataset's list)")
     add_common(cmp_)
-    sub.add_parser("list", help="list datasets, models, algorithms, presets and their parameters")
+    lst = sub.add_parser("list", help="list datasets, models, algorithms and presets; "
+                                      "`list NAME`: its parameters with defaults, types and meanings")
+    lst.add_argument("name", nargs="?", help="an algorithm, dataset, model or preset")
     return parser
 
 
-def list_everything() -> str:
-    import inspect
+def _show(v) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, str):
+        return repr(v)
+    if isinstance(v, tuple):
+        return str(list(v))
+    return str(v)
 
-    from fedclust_jax.algorithms.registry import ALGORITHM_HELP, ALGORITHMS, accepted_params
+
+def _type_name(annotation, default) -> str:
+    import typing
+    if annotation is None:
+        return "path or none" if default is None else type(default).__name__
+    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    return text.replace("typing.", "").replace("NoneType", "None")
+
+
+def _clip(text: str, width: int = 110) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 3].rsplit(" ", 1)[0] + " ..."
+
+
+def _param_lines(fields: dict, docs: dict) -> list[str]:
+    from dataclasses import MISSING
+    rows = [(k, _show(d) if d is not MISSING else "(required)", _type_name(a, d), docs.get(k, ""))
+            for k, (a, d) in fields.items()]
+    w0 = max([len(r[0]) for r in rows] + [9])
+    w1 = max([len(r[1]) for r in rows] + [7])
+    w2 = max([len(r[2]) for r in rows] + [4])
+    out = [f"  {'parameter':{w0}}  {'default':{w1}}  {'type':{w2}}  meaning"]
+    out += [f"  {k:{w0}}  {d:{w1}}  {t:{w2}}  {_clip(m)}" for k, d, t, m in rows]
+    return out
+
+
+def _first_sentence(doc: str | None) -> str:
+    doc = " ".join((doc or "").split())
+    return doc.split(". ")[0].rstrip(".") if doc else ""
+
+
+def describe_algorithm(name: str) -> str:
+    from fedclust_jax.algorithms.registry import ALGORITHM_HELP, field_docs, param_fields
+    cls = ALGORITHMS[name].config_cls
+    lines = [f"algorithm {name}: {ALGORITHM_HELP.get(name, '')}",
+             f"  set with --set KEY=VALUE (or --set {name}.KEY=VALUE), or in a study file"]
+    lines += _param_lines(param_fields(cls), field_docs(cls))
+    lines.append("  also: restarts (random initialisations, best training objective reported), "
+                 "rounds (per algorithm in a study file)")
+    return "\n".join(lines)
+
+
+DATA_HELP = {
+    "num_clients": "number of clients m (none: all the data's natural clients)",
+    "num_clusters": "number of true clusters k",
+    "n": "training examples per client", "n_test": "test examples per client",
+    "samples_per_client": "training examples per client",
+    "test_samples_per_client": "test examples per client",
+    "dim": "feature dimension d", "noise_std": "label / feature noise standard deviation",
+    "noise_var": "label noise variance sigma^2",
+    "separation": "cluster separation (R)", "scaling": "how separation scales theta*: norm or multiply",
+    "num_classes": "number of classes", "class_separation": "norm of the class centres",
+    "points_per_client": "points per client", "heterogeneity": "fraction p of a client's points "
+    "from its own cluster", "clients_per_cluster": "clients in each cluster",
+    "task": "rotation or label (private label shift)", "num_chunks": "chunks each cluster's set is cut into",
+    "keep_chunks": "chunks kept per cluster (clients per cluster)", "byz_frac": "fraction of Byzantine machines",
+    "byz_norm": "norm of the Byzantine machines' parameters", "test_fraction": "share held out for testing",
+    "train_fraction": "share of each speaker's windows used for training", "gap": "windows skipped between train and test",
+    "subdir": "LEAF folder inside the data folder", "pixel_range": "unit ([0, 1], 1 - x) or byte (0..255, 255 - x)",
+    "dataset": "source set: digits, mnist, fashion_mnist, cifar10 or emnist",
+    "alpha": "Dirichlet concentration (smaller: more label skew)", "num_points": "number of points (clients)",
+    "std": "blob standard deviation", "center_seed": "seed of the blob centres",
+    "subspace_dim": "dimension of each cluster's subspace", "coef_std": "std of the subspace coefficients",
+    "jitter": "noise added off the subspace",
+}
+
+
+def describe_dataset(name: str) -> str:
+    from fedclust_jax.config_check import signature_fields
+    from fedclust_jax.data.registry import DATASETS as BUILDERS
+    from fedclust_jax.data.sources import ENV_VAR, resolve_data_dir
+    from fedclust_jax.presets import DATASET_DEFAULTS as DEFAULTS
+    fn = BUILDERS[name]
+    fields, _ = signature_fields(fn)
+    docs = {k: DATA_HELP.get(k, "") for k in fields}
+    docs.update({"data_dir": f"folder holding the files (else ${ENV_VAR})",
+                 "source": "auto (local files, then TFDS), local or tfds",
+                 "download": "let TFDS download when the network allows"})
+    lines = [f"dataset {name}: {_clip(_first_sentence(fn.__doc__), 200)}",
+             "  parameters (--data KEY=VALUE):"]
+    lines += _param_lines(fields, docs)
+    if "data_dir" in fields:
+        root = resolve_data_dir(None)
+        where = (f"${ENV_VAR} = {root}" if root is not None else f"${ENV_VAR} is unset")
+        lines.append(f"  data is looked for in --data-dir or ${ENV_VAR} (now: {where}): "
+                     f"<root>/<name>/ then <root>/; see fedclust_jax/data/sources.py")
+    else:
+        lines.append("  no files needed (generated, or bundled with scikit-learn)")
+    entry = DEFAULTS.get(name, {})
+    if "unsupported" in entry:
+        lines.append(f"  not for run/compare: {entry['unsupported']}")
+    elif entry:
+        lines.append(f"  defaults with --dataset {name}: model {entry['model'] or '(task default)'}"
+                     + (f" {entry['model_args']}" if entry["model_args"] else "")
+                     + f", rounds {entry['rounds']}, data {entry['data'] or '(builder defaults)'}")
+        lines.append(f"    training (every algorithm that takes it): {entry['training']}")
+        for alg, params in entry["algorithms"].items():
+            lines.append(f"    {alg}: {params or '(training settings only)'}")
+        lines.append(f"    source: {entry['source']}")
+    return "\n".join(lines)
+
+
+MODEL_HELP = {"hidden": "hidden layer widths (the input and output sizes come from the data)",
+              "init": "initial theta: bernoulli (IFCA's Bernoulli(0.5)^d) or another of "
+                      "fedclust_jax.models.linear's inits",
+              "init_scale": "scale of the initial theta", "crop": "random crop size (none: no crop)",
+              "variant": "ResNet9 variant", "width": "channels of the first block",
+              "embed": "character embedding size", "layers": "stacked LSTM layers"}
+
+
+def describe_model(name: str) -> str:
+    from fedclust_jax.config_check import model_fields
+    from fedclust_jax.models.registry import MODELS
+    fn = MODELS[name]
+    fields, var_kw = model_fields(name)
+    lines = [f"model {name}: {_clip(_first_sentence(fn.__doc__) or 'sized from the data', 200)}",
+             "  parameters (--model-arg KEY=VALUE):"]
+    lines += _param_lines(fields, MODEL_HELP) if fields else ["  (none)"]
+    return "\n".join(lines)
+
+
+def list_everything(name: str | None = None) -> str:
+    from fedclust_jax.algorithms.registry import ALGORITHM_HELP
     from fedclust_jax.data.registry import DATASETS
     from fedclust_jax.models.registry import MODELS
-    lines = ["datasets:"]
-    for name, fn in sorted(DATASETS.items()):
-        params = [p for p in inspect.signature(fn).parameters if p != "key"]
-        lines.append(f"  {name:28s} {', '.join(params)}")
+    if name is not None:
+        if name in ALGORITHMS:
+            return describe_algorithm(name)
+        if name in DATASETS:
+            return describe_dataset(name)
+        if name in MODELS:
+            return describe_model(name)
+        if name in PRESETS:
+            study = preset(name)
+            return (f"preset {name}: dataset {PRESETS[name]}, algorithms {', '.join(study['algorithms'])}"
+                    f"\n\n{describe_dataset(PRESETS[name])}")
+        raise ValueError(f"nothing called {name!r}; `fedclust-jax list` shows the algorithms, "
+                         "datasets, models and presets")
+    lines = ["datasets (`list NAME` for parameters and defaults):"]
+    from fedclust_jax.presets import DATASET_DEFAULTS as DEFAULTS
+    for n, fn in sorted(DATASETS.items()):
+        lines.append(f"  {n:24s} {_clip(_first_sentence(fn.__doc__), 90)}")
     lines.append("models:")
-    for name, fn in sorted(MODELS.items()):
-        params = [p for p in inspect.signature(fn).parameters if p not in ("data", "params")]
-        lines.append(f"  {name:28s} {', '.join(params)}")
-    lines.append("algorithms:")
-    for name in sorted(ALGORITHMS):
-        lines.append(f"  {name:28s} {ALGORITHM_HELP.get(name, '')}")
-        lines.append(f"  {'':28s} params: {', '.join(accepted_params(name))}")
+    for n in sorted(MODELS):
+        lines.append(f"  {n}")
+    lines.append("algorithms (`list NAME` for parameters, defaults, types and meanings):")
+    for n in sorted(ALGORITHMS):
+        lines.append(f"  {n:24s} {ALGORITHM_HELP.get(n, '')}")
     lines.append("presets:")
-    for name, study in sorted(PRESETS.items()):
-        lines.append(f"  {name:28s} {study['dataset']}: {', '.join(study['algorithms'])}")
+    for n, ds in sorted(PRESETS.items()):
+        lines.append(f"  {n:24s} {ds}: {', '.join(DEFAULTS[ds]['algorithms'])}")
     return "\n".join(lines)
+
+
+def check_paths(args, labels: list[str]):
+    """--output and --checkpoint must be writable files (folders are created) before any
+    compute starts."""
+    from fedclust_jax.experiment import checkpoint_paths
+    from fedclust_jax.results import check_output_path
+    if args.output:
+        check_output_path(args.output, "--output")
+    if args.checkpoint:
+        for path in checkpoint_paths(args.checkpoint, labels).values():
+            if not os.path.exists(path):
+                check_output_path(path, "--checkpoint")
+            elif os.path.isdir(path):
+                raise ValueError(f"--checkpoint {path!r} is a folder; give a file name such as "
+                                 f"{os.path.join(path, 'ck.npz')!r}")
+            elif not os.access(path, os.R_OK | os.W_OK):
+                raise ValueError(f"--checkpoint {path!r} exists but cannot be read and written")
+
+
+def error(message) -> int:
+    print(f"fedclust-jax: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return 2
 
 
 def main(argv=None) -> int:
     args = make_parser().parse_args(argv)
     if args.command == "list":
-        print(list_everything())
+        try:
+            print(list_everything(args.name))
+        except ValueError as e:
+            return error(e)
         return 0
+    from fedclust_jax.config_check import check_study_value
+    from fedclust_jax.experiment import checkpoint_paths, run_study, study_configs
+    from fedclust_jax.results import format_settings, format_table, save_results
     try:
         study = build_study(args, single=args.command == "run")
-        from fedclust_jax.experiment import format_table, run_study, save_results, study_configs
-        study_configs(study)  # validate everything before any compute
+        configs = study_configs(study)  # every value type- and range-checked, no data built
+        devices = check_study_value("devices", args.devices) if args.devices is not None else None
+        if devices is not None and devices > 1:
+            import jax
+            if devices > jax.device_count():
+                raise ValueError(f"--devices {devices}: only {jax.device_count()} "
+                                 f"{jax.default_backend()} device(s) here")
+        labels = [label for label, _ in configs]
+        check_paths(args, labels)
+        if args.checkpoint and len(labels) > 1:
+            paths = checkpoint_paths(args.checkpoint, labels)
+            print("checkpoints: " + ", ".join(f"{l} -> {p}" for l, p in paths.items()), file=sys.stderr)
         results = run_study(study, progress=not args.no_progress, checkpoint=args.checkpoint,
-                            devices=args.devices)
+                            devices=devices)
     except (ValueError, FileNotFoundError) as e:
-        print(f"fedclust-jax: error: {e}", file=sys.stderr)
-        return 2
+        return error(e)
+    except MemoryError as e:
+        return error(f"out of memory ({e}); use fewer clients, restarts or a smaller --chunk")
+    except Exception as e:  # XLA out of memory during compute: advice instead of a traceback
+        if "RESOURCE_EXHAUSTED" in str(e) or "Out of memory" in str(e):
+            return error("the run ran out of device memory; lower --restarts, --chunk (clients "
+                         "per vectorized chunk) or the number of clients")
+        raise
     print(results[0]["data"])
+    print(format_settings(results))
     print(format_table(results))
     for r in results:
         info = r["restarts"]
@@ -212,10 +462,26 @@ def main(argv=None) -> int:
             diag = ", ".join(f"{k[len('oracle_best_'):]} {info[k]:.4f}" for k in info if k.startswith("oracle_best_"))
             print(f"{r['algorithm']}: restart {info['chosen']} of {len(info['objective'])} chosen by training "
                   f"objective; oracle best restart (uses ground truth, diagnostic only): {diag}")
+    code = 0
+    for r in results:
+        m = r["metrics"]
+        if m.get("misclustering") and m.get("num_clusters_found") is not None:
+            print(f"note: {r['algorithm']} misclusters {m['misclustering']:.2f} of the clients, "
+                  f"with {m['num_clusters_found']} cluster(s) found; try more --restarts or "
+                  "another --lr")
+        bad = [k for k in ("test_loss", "test_acc") if isinstance(r["metrics"].get(k), float)
+               and r["metrics"][k] != r["metrics"][k]]
+        if bad:
+            print(f"fedclust-jax: warning: {r['algorithm']} diverged ({bad[0]} is NaN); lower its "
+                  "learning rate", file=sys.stderr)
+            code = 1
     if args.output:
-        save_results(results, args.output)
-        print(f"results written to {args.output}")
-    return 0
+        written = save_results(results, args.output)
+        if written == args.output:
+            print(f"results written to {args.output}")
+        else:
+            code = 1
+    return code
 
 
 if __name__ == "__main__":

@@ -10,9 +10,7 @@ reported between chunks. Keys: data from ``fold_in(root, 0)``, restart r from
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import sys
 import time
 from typing import Any
 
@@ -21,7 +19,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedclust_jax import checkpoint as ckpt
+from fedclust_jax import config_check
 from fedclust_jax import metrics
+from fedclust_jax.presets import default_model
+from fedclust_jax.progress import ChunkSchedule, Progress, chunk_length  # noqa: F401 (re-exported)
+from fedclust_jax.results import format_table, save_results  # noqa: F401 (re-exported)
 from fedclust_jax.algorithms.registry import ALGORITHMS, build_algorithm, make_config
 from fedclust_jax.data.points import true_points
 from fedclust_jax.data.registry import DATASETS, build_dataset
@@ -30,11 +32,15 @@ from fedclust_jax.models.registry import build_model
 
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
-    """One run: dataset (name and builder parameters), model (None = the task's default),
-    algorithm (name and flat parameters), rounds, seed and random restarts.
+    """One run: dataset (name and builder parameters), model (None = the model the dataset's
+    paper trains, ``presets.DATASET_DEFAULTS``; linear / MLP where it has none), algorithm (name and
+    flat parameters), rounds, seed and random restarts.
 
-    rounds_per_chunk: rounds compiled into one ``lax.scan`` (None: about rounds / 10,
-    a divisor of rounds so one program serves every chunk).
+    rounds_per_chunk: rounds compiled into one ``lax.scan`` (None: chosen from measured
+    time so that progress comes at least every 10 s, ``progress.ChunkSchedule``).
+
+    Every value is type- and range-checked on construction (``config_check``), before any
+    data is built; values typed on the command line (``CliText``) are converted.
     """
 
     dataset: str = "synthetic-regression"
@@ -49,49 +55,25 @@ class ExperimentConfig:
     rounds_per_chunk: int | None = None
 
     def __post_init__(self):
-        if self.dataset not in DATASETS:
+        if not isinstance(self.dataset, str) or self.dataset not in DATASETS:
             raise ValueError(f"unknown dataset {self.dataset!r}; available: {', '.join(sorted(DATASETS))}")
-        if self.algorithm not in ALGORITHMS:
+        if not isinstance(self.algorithm, str) or self.algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {self.algorithm!r}; available: {', '.join(sorted(ALGORITHMS))}")
-        if not isinstance(self.rounds, int) or self.rounds < 0:
+        for key in ("rounds", "seed", "restarts", "rounds_per_chunk"):
+            object.__setattr__(self, key, config_check.check_study_value(key, getattr(self, key)))
+        if self.rounds < 0:
             raise ValueError(f"rounds must be an integer >= 0, got {self.rounds!r}")
-        if not isinstance(self.restarts, int) or self.restarts < 1:
-            raise ValueError(f"restarts must be an integer >= 1, got {self.restarts!r}")
-        if self.rounds_per_chunk is not None and self.rounds_per_chunk < 1:
-            raise ValueError(f"rounds_per_chunk must be >= 1, got {self.rounds_per_chunk}")
+        model = config_check.check_study_value("model", self.model)
+        object.__setattr__(self, "model", model if model is not None else default_model(self.dataset))
+        object.__setattr__(self, "data", config_check.check_data(self.dataset, self.data))
+        object.__setattr__(self, "model_args", config_check.check_model_args(self.model, self.model_args))
         # Validate the algorithm's parameters now, before any data is built.
-        make_config(ALGORITHMS[self.algorithm].config_cls, self.params, self.algorithm)
+        params = config_check.check_algorithm(self.algorithm, self.params)
+        object.__setattr__(self, "params", params)
+        make_config(ALGORITHMS[self.algorithm].config_cls, params, self.algorithm)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def chunk_length(rounds: int, wanted: int | None) -> int:
-    """The divisor of ``rounds`` closest to ``wanted`` (default rounds / 10)."""
-    if rounds == 0:
-        return 1
-    wanted = wanted or max(1, rounds // 10)
-    divisors = [d for d in range(1, rounds + 1) if rounds % d == 0]
-    return min(divisors, key=lambda d: (abs(d - wanted), d))
-
-
-class Progress:
-    """A one-line progress bar on stderr, updated between compiled chunks."""
-
-    def __init__(self, label: str, total: int, enabled: bool = True, width: int = 30):
-        self.label, self.total, self.enabled, self.width = label, total, enabled, width
-        self.start = time.perf_counter()
-
-    def update(self, done: int, extra: str = ""):
-        if not self.enabled:
-            return
-        filled = int(self.width * done / max(self.total, 1))
-        bar = "#" * filled + "." * (self.width - filled)
-        sys.stderr.write(f"\r{self.label:>10} [{bar}] {done}/{self.total} rounds "
-                         f"{time.perf_counter() - self.start:6.1f}s {extra}")
-        if done >= self.total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
 
 
 def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
@@ -105,7 +87,7 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
     """
     restart_keys = jax.random.split(key, restarts)
     states = jax.jit(jax.vmap(alg.init, in_axes=(0, None)))(restart_keys, data)
-    length = chunk_length(rounds, rounds_per_chunk)
+    schedule = ChunkSchedule(rounds, rounds_per_chunk)
     done, history = 0, []
     if checkpoint and os.path.exists(checkpoint):
         states, saved, done = ckpt.load(checkpoint, states, config or {})
@@ -119,11 +101,11 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
         return jax.lax.scan(body, state, ts)
 
     chunk = jax.jit(jax.vmap(one_restart, in_axes=(0, 0, None, None)))
-    bar = Progress(alg.name, rounds, progress)
+    bar = Progress(alg.name, rounds, progress, start=done)
     merge = lambda hs: {k: np.concatenate([np.asarray(h[k]) for h in hs], axis=1) for k in hs[0]} if hs else {}
     start = done
     while start < rounds:
-        stop = min(start + length, rounds)
+        stop = schedule.next_stop(start)
         states, hist = chunk(states, restart_keys, data, jnp.arange(start, stop))
         history.append(hist)
         if checkpoint:
@@ -226,68 +208,120 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
     }
 
 
-TABLE_COLUMNS = (("test_acc", "acc"), ("test_loss", "loss"), ("purity", "purity"),
-                 ("misclustering", "miscl"),
-                 ("ari", "ARI"), ("param_error", "param err"), ("num_clusters_found", "K found"))
-
-
-def format_table(results: list[dict]) -> str:
-    """Plain-text table, one row per result (columns present in any result)."""
-    cols = [(k, h) for k, h in TABLE_COLUMNS if any(r["metrics"].get(k) is not None for r in results)]
-    header = ["algorithm"] + [h for _, h in cols] + ["time s"]
-    rows = []
-    for r in results:
-        row = [r["algorithm"]]
-        for k, _ in cols:
-            v = r["metrics"].get(k)
-            row.append("-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v)))
-        row.append(f"{r['wall_s']:.1f}")
-        rows.append(row)
-    widths = [max(len(x[i]) for x in [header] + rows) for i in range(len(header))]
-    fmt = lambda row: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
-
-
-def save_results(results: list[dict], path: str):
-    with open(path, "w") as f:
-        json.dump(results, f, indent=2, default=float)
-
-
 STUDY_KEYS = ("dataset", "data", "model", "model_args", "rounds", "seed", "restarts",
               "rounds_per_chunk", "algorithms")
 
 
 def study_configs(study: dict) -> list[tuple[str, ExperimentConfig]]:
     """(label, ExperimentConfig) for every algorithm of a study dict (see ``presets``),
-    all validated before anything runs."""
+    all type- and range-checked before anything runs. An algorithm's entry may hold its own
+    "restarts" and "rounds" (e.g. SR-FCA's REFINE steps) besides its parameters."""
+    if not isinstance(study, dict):
+        raise ValueError(f"a study must be a table of {list(STUDY_KEYS)}, got {type(study).__name__}")
     unknown = sorted(set(study) - set(STUDY_KEYS))
     if unknown:
         raise ValueError(f"unknown study key(s) {unknown}; allowed: {list(STUDY_KEYS)}")
-    if not study.get("algorithms"):
+    algorithms = study.get("algorithms")
+    if not algorithms:
         raise ValueError("a study needs at least one entry under 'algorithms'")
+    if not isinstance(algorithms, dict):
+        raise ValueError(f"'algorithms' must be a table {{label: {{parameter: value}}}}, got {algorithms!r}")
+    for key in ("data", "model_args"):
+        if key in study and not isinstance(study[key], dict):
+            raise ValueError(f"'{key}' must be a table {{parameter: value}}, got {study[key]!r}")
     shared = {k: study[k] for k in ("dataset", "data", "model", "model_args", "rounds", "seed",
                                     "restarts", "rounds_per_chunk") if k in study}
     out = []
-    for label, params in study["algorithms"].items():
+    for label, params in algorithms.items():
+        if params is not None and not isinstance(params, dict):
+            raise ValueError(f"algorithms.{label} must be a table {{parameter: value}}, got {params!r}")
         params = dict(params or {})
         name = params.pop("algorithm", label)
-        restarts = params.pop("restarts", shared.get("restarts", 1))
-        cfg = ExperimentConfig(**{**shared, "restarts": restarts}, algorithm=name, params=params)
+        own = {k: params.pop(k) for k in ("restarts", "rounds") if k in params}
+        try:
+            cfg = ExperimentConfig(**{**shared, **own}, algorithm=name, params=params)
+        except ValueError as e:
+            raise type(e)(f"{e} (algorithm {label!r})" if label != name else str(e)) from None
         out.append((label, cfg))
     return out
 
 
+def checkpoint_paths(checkpoint: str | None, labels: list[str]) -> dict[str, str | None]:
+    """The checkpoint file of each algorithm: ``checkpoint`` itself when one algorithm runs,
+    ``<stem>-<label><ext>`` for each when several do."""
+    if checkpoint is None:
+        return {label: None for label in labels}
+    if len(labels) == 1:
+        return {labels[0]: checkpoint}
+    stem, ext = os.path.splitext(checkpoint)
+    return {label: f"{stem}-{label}{ext or '.npz'}" for label in labels}
+
+
+def load_study_data(cfg: ExperimentConfig):
+    """The study's data (built once from the first config's dataset and seed); unreadable
+    files become a ValueError that names the dataset."""
+    import json
+    import zipfile
+    try:
+        return build_dataset(cfg.dataset, jax.random.fold_in(jax.random.key(cfg.seed), 0), **cfg.data)
+    except FileNotFoundError:
+        raise
+    except (OSError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"dataset {cfg.dataset!r}: its files could not be read ({type(e).__name__}: "
+                         f"{e}); check or re-download them") from None
+
+
+def effective_data(cfg: ExperimentConfig) -> dict:
+    """Every parameter of the dataset builder as used: ``cfg.data`` over its defaults."""
+    fields, _ = config_check.signature_fields(DATASETS[cfg.dataset])
+    out = {k: d for k, (_, d) in fields.items() if d is not dataclasses.MISSING}
+    out.update(cfg.data)
+    return out
+
+
+def check_fits_data(label: str, cfg: ExperimentConfig, data):
+    """Stops before compute when a setting cannot work on the built data: a minibatch larger
+    than every client's training set."""
+    from fedclust_jax.algorithms.registry import effective_params
+    batch = effective_params(cfg.algorithm, cfg.params, data).get("batch_size")
+    largest = int(np.max(np.asarray(data.count))) if data.num_clients else 0
+    if batch is not None and batch > largest:
+        raise ValueError(f"{label}: batch_size {batch} is larger than every client's training "
+                         f"data (the largest client has {largest} examples); use a batch size of "
+                         f"at most {largest}, or none for full-batch steps")
+
+
 def run_study(study: dict, *, progress: bool = True, checkpoint: str | None = None,
-              devices: int | None = None) -> list[dict]:
-    """Runs every algorithm of a study on the same data (same seed), returns the results.
-    checkpoint: a path; algorithm ``label`` checkpoints to ``<path stem>-<label>.npz``."""
+              devices: int | None = None, on_start=None) -> list[dict]:
+    """Runs every algorithm of a study on the same data (same seed), returns the results,
+    each with "effective" (every parameter as run, the model) and "environment" (versions,
+    backend, device) added.
+
+    checkpoint: a path; with one algorithm exactly that file, with several
+    ``<stem>-<label>.npz`` each (``checkpoint_paths``).
+    on_start: called with (label, config, data) before each algorithm runs.
+    """
+    from fedclust_jax.algorithms.registry import effective_params
+    from fedclust_jax.models.registry import DEFAULT_MODEL
+    from fedclust_jax.results import environment
     configs = study_configs(study)
-    first = configs[0][1]
-    data = build_dataset(first.dataset, jax.random.fold_in(jax.random.key(first.seed), 0), **first.data)
+    data = load_study_data(configs[0][1])
+    for label, cfg in configs:
+        check_fits_data(label, cfg, data)
+    paths = checkpoint_paths(checkpoint, [label for label, _ in configs])
+    env = environment()
     results = []
     for label, cfg in configs:
-        path = None if checkpoint is None else f"{os.path.splitext(checkpoint)[0]}-{label}.npz"
-        r = run_experiment(cfg, data=data, progress=progress, checkpoint=path, devices=devices)
+        if on_start is not None:
+            on_start(label, cfg, data)
+        r = run_experiment(cfg, data=data, progress=progress, checkpoint=paths[label], devices=devices)
         r["algorithm"] = label
+        r["effective"] = {"dataset": cfg.dataset, "data": effective_data(cfg),
+                          "model": cfg.model or DEFAULT_MODEL[data.task],
+                          "model_args": cfg.model_args,
+                          "params": effective_params(cfg.algorithm, cfg.params, data),
+                          "rounds": cfg.rounds, "seed": cfg.seed, "restarts": cfg.restarts,
+                          "checkpoint": paths[label]}
+        r["environment"] = env
         results.append(r)
     return results

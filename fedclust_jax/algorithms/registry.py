@@ -8,6 +8,8 @@ config dataclass. Unknown keys are errors that list the accepted ones.
 from __future__ import annotations
 
 import dataclasses
+import re
+import typing
 from typing import Callable
 
 from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
@@ -35,26 +37,136 @@ from fedclust_jax.core.train import LocalTraining
 LOCAL_KEYS = tuple(f.name for f in dataclasses.fields(LocalTraining))
 
 
+def _field_default(f):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def param_fields(config_cls) -> dict:
+    """{flat parameter name: (annotation, default)} of a config class, with ``local``
+    expanded into the ``LocalTraining`` fields at the config's own ``local`` default
+    (e.g. BR-IFCA's steps=1, lr=0.01)."""
+    hints = typing.get_type_hints(config_cls)
+    out = {}
+    for f in dataclasses.fields(config_cls):
+        if f.name == "local":
+            local = _field_default(f)
+            local_hints = typing.get_type_hints(LocalTraining)
+            for lf in dataclasses.fields(LocalTraining):
+                out[lf.name] = (local_hints[lf.name], getattr(local, lf.name))
+        else:
+            out[f.name] = (hints[f.name], _field_default(f))
+    return out
+
+
 def config_keys(config_cls) -> list[str]:
     """Flat parameter names a config class accepts (its fields, with ``local`` expanded)."""
-    names = [f.name for f in dataclasses.fields(config_cls)]
-    if "local" in names:
-        names = [n for n in names if n != "local"] + list(LOCAL_KEYS)
-    return names
+    return list(param_fields(config_cls))
 
 
 def make_config(config_cls, params: dict, algorithm: str):
-    """Builds and validates ``config_cls`` from flat ``params``."""
-    accepted = config_keys(config_cls)
-    unknown = sorted(set(params) - set(accepted))
+    """Builds and validates ``config_cls`` from flat ``params`` (type-checked and converted
+    by ``config_check``; local-training keys replace fields of the config's default
+    ``local``)."""
+    from fedclust_jax.config_check import check_fields
+    fields = param_fields(config_cls)
+    unknown = sorted(set(params) - set(fields))
     if unknown:
         raise ValueError(f"algorithm {algorithm!r} has no parameter(s) {unknown}; "
-                         f"it takes {sorted(accepted)}")
+                         f"it takes {sorted(fields)}")
+    params = check_fields(params, fields, f"{algorithm}: ", "parameter")
     local = {k: v for k, v in params.items() if k in LOCAL_KEYS}
     rest = {k: v for k, v in params.items() if k not in LOCAL_KEYS}
-    if "local" in [f.name for f in dataclasses.fields(config_cls)]:
-        rest["local"] = LocalTraining(**local)
+    names = [f.name for f in dataclasses.fields(config_cls)]
+    if "local" in names:
+        default = _field_default(next(f for f in dataclasses.fields(config_cls) if f.name == "local"))
+        rest["local"] = dataclasses.replace(default, **local)
     return config_cls(**rest)
+
+
+def effective_params(name: str, params: dict, data=None) -> dict:
+    """Every flat parameter of algorithm ``name`` as it will run on ``data``: ``params``
+    over the defaults (JSON-able values)."""
+    params = dict(params)
+    if name == "oracle" and data is not None:
+        params.setdefault("num_clusters", max(data.num_true_clusters, 1))
+    cfg = make_config(ALGORITHMS[name].config_cls, params, name)
+    out = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if f.name == "local":
+            out.update(dataclasses.asdict(v))
+        else:
+            out[f.name] = v
+    if name == "oracle":
+        out["assignment"] = "oracle"
+    return out
+
+
+def field_docs(config_cls) -> dict[str, str]:
+    """{parameter: one-line meaning} read from the config class docstring (entries of the
+    form ``name: meaning;`` / ``a / b: meaning``), with ``LocalTraining``'s for local keys
+    and ``COMMON_HELP`` where the docstring says nothing."""
+    names = [f.name for f in dataclasses.fields(config_cls)]
+    out = dict(_docstring_entries(LocalTraining, list(LOCAL_KEYS))) if "local" in names else {}
+    out.update(_docstring_entries(config_cls, names))
+    out.pop("local", None)
+    for k in config_keys(config_cls):
+        if k not in out or out[k].lower().startswith("see ") or len(out[k]) < 3:
+            out[k] = COMMON_HELP.get(k, out.get(k, ""))
+    return out
+
+
+COMMON_HELP = {
+    "chunk": "clients per vectorized chunk (bounds memory; none = all at once)",
+    "momentum": "SGD momentum in [0, 1)",
+    "participation": "fraction of clients per round, in (0, 1]",
+    "num_clusters": "number of cluster models K",
+    "byz_frac": "fraction alpha of Byzantine clients",
+    "attack": "Byzantine attack (fedclust_jax.attacks): none, outlier, sign_flip, ...",
+    "attack_scale": "attack magnitude (scaling / outlier attacks)",
+    "attack_std": "standard deviation of the Gaussian-noise attack",
+    "attack_eps": "IPM attack epsilon",
+    "attack_z": "ALIE attack z (none: from the number of clients)",
+    "placement": "how Byzantine clients pick their cluster",
+    "same_init": "every client starts from one model",
+    "sequential": "participants train one after another on one shared model (authors' code)",
+    "weighting": "mean of the participants' models: equal or samples (by sample count)",
+    "local": "local training",
+    "metric": "distance: cross_loss or l2",
+    "graph": "threshold graph clustering: components (paper) or pivot (authors' code)",
+    "refine_init": "cluster models at each REFINE: continue, common or fresh",
+    "one_shot_init": "ONE_SHOT start: common w_0 or independent inits",
+    "drop_small": "drop clusters smaller than t after RECLUSTER (authors' code)",
+    "clients_per_cluster": "clients drawn per cluster per round (none: all members)",
+    "max_participants": "cap on clients training per round (with clients_per_cluster)",
+    "step": "server step rule (see fedclust_jax.algorithms.brifca)",
+    "init": "initialisation of the cluster models (see fedclust_jax.algorithms.brifca)",
+    "projection_radius": "radius of the projection after each step (none: no projection)",
+}
+
+
+def _docstring_entries(cls, names: list[str]) -> dict[str, str]:
+    doc = " ".join((cls.__doc__ or "").split())
+    name = r"[a-z_][a-z0-9_]*"
+    head = re.compile(rf"(?:^|(?<=[;.]\s)|(?<=\.\s\s))({name}(?:\s*(?:,|/|and)\s*{name})*)"
+                      rf"(\s*\([^)]*\))?\s*:\s")
+    hits = [m for m in head.finditer(doc)
+            if all(n.strip() in names for n in re.split(r"\s*(?:,|/|\band\b)\s*", m.group(1)))]
+    out = {}
+    for i, m in enumerate(hits):
+        end = hits[i + 1].start() if i + 1 < len(hits) else len(doc)
+        text = doc[m.end():end].strip()
+        cut = re.search(r";\s[^;]{0,40}:\s", text)  # an entry whose head is not a field
+        text = (text[:cut.start()] if cut else text).strip().rstrip(";.").strip()
+        if m.group(2):
+            text = f"{text} {m.group(2).strip()}"
+        for n in re.split(r"\s*(?:,|/|\band\b)\s*", m.group(1)):
+            out.setdefault(n.strip(), text)
+    return out
 
 
 def _simple(cls, config_cls):

@@ -1,0 +1,121 @@
+"""Progress reports and the choice of how many rounds each compiled chunk runs.
+
+``ChunkSchedule`` picks chunk lengths from measured wall time so that a report comes at
+least every ``PROGRESS_EVERY_S`` seconds (or after every round when one round is slower):
+the first two chunks are one round each (the first compiles, the second measures a
+round), then chunks last about ``target_s`` seconds; at most three chunk lengths are
+compiled (1, the measured length, and a remainder). A fixed ``rounds_per_chunk`` instead
+gives chunks of that many rounds (the divisor of ``rounds`` nearest to it).
+
+``Progress`` writes one line to stderr: updated in place on a terminal, plain lines (no
+carriage returns) otherwise, and "resuming from round N of M" when a run restarts from a
+checkpoint.
+
+Runner loop::
+
+    schedule = ChunkSchedule(rounds, rounds_per_chunk)
+    bar = Progress(name, rounds, enabled, start=done)
+    while start < rounds:
+        stop = schedule.next_stop(start)
+        ... run rounds start..stop, save the checkpoint ...
+        bar.update(stop, extra)
+        start = stop
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+PROGRESS_EVERY_S = 10.0
+
+
+def chunk_length(rounds: int, wanted: int | None) -> int:
+    """The divisor of ``rounds`` closest to ``wanted`` (default rounds / 10)."""
+    if rounds == 0:
+        return 1
+    wanted = wanted or max(1, rounds // 10)
+    divisors = [d for d in range(1, rounds + 1) if rounds % d == 0]
+    return min(divisors, key=lambda d: (abs(d - wanted), d))
+
+
+class ChunkSchedule:
+    """Chunk boundaries for a run of ``rounds`` rounds. ``next_stop(start)`` returns the
+    round the next chunk ends at; the wall time between two calls is taken as the time of
+    the chunk in between (compute, checkpoint and report included)."""
+
+    def __init__(self, rounds: int, rounds_per_chunk: int | None = None, *,
+                 target_s: float = PROGRESS_EVERY_S / 2, clock=time.perf_counter):
+        self.rounds, self.target_s, self.clock = rounds, target_s, clock
+        self.fixed = None if rounds_per_chunk is None else chunk_length(rounds, rounds_per_chunk)
+        self.length = None          # measured chunk length, once known
+        self.seconds_per_round = None
+        self._last = None           # (start, stop, clock at start)
+        self._chunks = 0
+
+    def next_stop(self, start: int) -> int:
+        now = self.clock()
+        if self._last is not None and self._last[1] == start and self._chunks >= 2:
+            # the chunk that just ended ran after the first one (which compiled)
+            self.seconds_per_round = (now - self._last[2]) / max(self._last[1] - self._last[0], 1)
+        self._chunks += 1
+        stop = min(self.rounds, start + self._length(start))
+        self._last = (start, stop, now)
+        return stop
+
+    def _length(self, start: int) -> int:
+        if self.fixed is not None:
+            return self.fixed
+        if self.seconds_per_round is None:
+            return 1
+        if self.length is None:
+            want = max(1, int(self.target_s / max(self.seconds_per_round, 1e-9)))
+            left = self.rounds - start
+            if want >= left:
+                self.length = left
+            else:  # prefer a divisor of what is left, so no remainder program is compiled
+                divs = [d for d in range(max(1, want // 2), want + 1) if left % d == 0]
+                self.length = divs[-1] if divs else want
+        return self.length
+
+
+class Progress:
+    """Progress of one run on ``stream`` (stderr): ``update(done, extra)`` after each chunk."""
+
+    def __init__(self, label: str, total: int, enabled: bool = True, width: int = 30, *,
+                 start: int = 0, stream=None, min_interval_s: float = PROGRESS_EVERY_S / 2):
+        self.label, self.total, self.enabled, self.width = label, total, enabled, width
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.min_interval_s = min_interval_s
+        self.start = time.perf_counter()
+        self._last_line = None
+        if enabled and start > 0:
+            self._write(f"{label}: resuming from round {start} of {total}", newline=True)
+
+    def _write(self, text: str, newline: bool):
+        if self.tty and not newline:
+            self.stream.write("\r" + text)
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def update(self, done: int, extra: str = ""):
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        finished = done >= self.total
+        if not self.tty and not finished and self._last_line is not None \
+                and now - self._last_line < self.min_interval_s:
+            return
+        self._last_line = now
+        filled = int(self.width * done / max(self.total, 1))
+        bar = "#" * filled + "." * (self.width - filled)
+        text = f"{self.label:>10} [{bar}] {done}/{self.total} rounds {now - self.start:6.1f}s {extra}"
+        if self.tty:
+            self._write(text.rstrip(), newline=False)
+            if finished:
+                self.stream.write("\n")
+                self.stream.flush()
+        else:
+            self._write(text.rstrip(), newline=True)

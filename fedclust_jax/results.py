@@ -1,0 +1,146 @@
+"""Results of a study: the table, the effective settings, the environment and the JSON file.
+
+``check_output_path`` runs before any compute (the folder is created, the path must not be a
+folder and must be writable); ``save_results`` writes atomically and, if the path still
+fails, writes a fallback file and returns its path, so nothing computed is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+
+TABLE_COLUMNS = (("test_acc", "acc"), ("test_loss", "loss"), ("purity", "purity"),
+                 ("misclustering", "miscl"),
+                 ("ari", "ARI"), ("param_error", "param err"), ("num_clusters_found", "K found"))
+
+
+def format_table(results: list[dict]) -> str:
+    """Plain-text table, one row per result (columns present in any result)."""
+    cols = [(k, h) for k, h in TABLE_COLUMNS if any(r["metrics"].get(k) is not None for r in results)]
+    header = ["algorithm"] + [h for _, h in cols] + ["time s"]
+    rows = []
+    for r in results:
+        row = [r["algorithm"]]
+        for k, _ in cols:
+            v = r["metrics"].get(k)
+            row.append("-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v)))
+        row.append(f"{r['wall_s']:.1f}")
+        rows.append(row)
+    widths = [max(len(x[i]) for x in [header] + rows) for i in range(len(header))]
+    fmt = lambda row: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def _short(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_short(x) for x in v) + "]"
+    return str(v)
+
+
+def format_settings(results: list[dict]) -> str:
+    """One block per result: the algorithm's effective settings (every parameter, defaults
+    included), its rounds and restarts, and the model."""
+    lines = []
+    for r in results:
+        eff = r.get("effective", {})
+        params = eff.get("params", r["config"].get("params", {}))
+        name = r["config"]["algorithm"]
+        label = r["algorithm"] if r["algorithm"] == name else f"{r['algorithm']} ({name})"
+        head = (f"{label}: rounds={r['config']['rounds']} "
+                f"restarts={r['config']['restarts']} model={eff.get('model', r['config'].get('model'))}")
+        model_args = r["config"].get("model_args") or {}
+        if model_args:
+            head += " " + " ".join(f"{k}={_short(v)}" for k, v in model_args.items())
+        lines.append(head)
+        lines.append("    " + " ".join(f"{k}={_short(v)}" for k, v in params.items()))
+    return "\n".join(lines)
+
+
+def environment() -> dict:
+    """Package, JAX and jaxlib versions, Python, the backend and the devices used."""
+    import jax
+    import jaxlib
+
+    from fedclust_jax import __version__
+    devices = jax.devices()
+    return {"fedclust_jax": __version__, "jax": jax.__version__,
+            "jaxlib": getattr(jaxlib, "__version__", None), "python": platform.python_version(),
+            "backend": jax.default_backend(), "device": str(devices[0].device_kind),
+            "device_count": len(devices), "platform": platform.platform(),
+            "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def check_output_path(path: str, what: str = "--output") -> None:
+    """Creates ``path``'s folder and checks that ``path`` can be written (not a folder);
+    raises ValueError with advice otherwise. Leaves no file behind."""
+    if not path:
+        raise ValueError(f"{what} needs a file name")
+    if os.path.isdir(path):
+        raise ValueError(f"{what} {path!r} is a folder; give a file name, e.g. "
+                         f"{os.path.join(path, 'results.json')!r}")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{what} {path!r}: cannot create the folder {folder!r} "
+                         f"({e.strerror or e}); choose another path") from None
+    if not os.path.isdir(folder):
+        raise ValueError(f"{what} {path!r}: {folder!r} is not a folder; choose another path")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ValueError(f"{what} {path!r} exists and is not writable; choose another path")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".fedclust-write-test-", dir=folder)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise ValueError(f"{what} {path!r}: cannot write in {folder!r} ({e.strerror or e}); "
+                         "choose another path") from None
+
+
+def fallback_path(path: str) -> str:
+    """Where results go when ``path`` cannot be written: the working folder, else the
+    temporary folder."""
+    name = f"fedclust-results-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
+    for folder in (os.getcwd(), tempfile.gettempdir()):
+        if os.access(folder, os.W_OK):
+            return os.path.join(folder, name)
+    return os.path.join(tempfile.gettempdir(), name)
+
+
+def _write_json(results, path: str):
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(results, f, indent=2, default=_jsonable)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _jsonable(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def save_results(results: list[dict], path: str) -> str:
+    """Writes ``results`` as JSON to ``path`` (atomically). If that fails, writes them to
+    ``fallback_path(path)`` instead, says so on stderr and returns that path."""
+    try:
+        _write_json(results, path)
+        return path
+    except OSError as e:
+        other = fallback_path(path)
+        _write_json(results, other)
+        print(f"fedclust-jax: could not write {path!r} ({e.strerror or e}); results written to "
+              f"{other} instead", file=sys.stderr)
+        return other

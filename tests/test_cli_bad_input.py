@@ -1,0 +1,174 @@
+"""Every bad value stops with exit code 2 and one line on stderr, no traceback, before any
+data is built or any round runs."""
+
+import json
+
+import pytest
+
+from fedclust_jax import experiment
+from fedclust_jax.cli import main
+
+TINY = ["--data", "num_clients=8", "--data", "samples_per_client=10", "--data", "dim=5",
+        "--rounds", "2", "--no-progress"]
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+    """Fails the test if data is built or an algorithm runs."""
+    def refuse(*a, **k):
+        raise AssertionError("compute started before the bad value was caught")
+    monkeypatch.setattr(experiment, "build_dataset", refuse)
+    monkeypatch.setattr(experiment, "run_experiment", refuse)
+
+
+def one_line_error(capsys, *words):
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith("fedclust-jax")
+    for w in words:
+        assert w in err, (w, err)
+    return err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--set", "lr=abc"], ["lr", "'abc'", "not a number", "> 0"]),
+    (["--data", "num_clients=abc"], ["num_clients", "'abc'", "integer >= 1"]),
+    (["--lr", "inf"], ["lr", "inf", "finite"]),
+    (["--lr", "nan"], ["lr", "nan", "finite"]),
+    (["--lr", "-1"], ["learning rate", "> 0"]),
+    (["--lr", "0"], ["learning rate", "> 0"]),
+    (["--rounds", "-1"], ["rounds", ">= 0"]),
+    (["--rounds", "ten"], ["rounds", "'ten'", "integer"]),
+    (["--seed", "1.5"], ["seed", "integer"]),
+    (["--restarts", "0"], ["restarts", ">= 1"]),
+    (["--data", "num_clients=0"], ["num_clients", ">= 1"]),
+    (["--data", "num_clients=-4"], ["num_clients", ">= 1"]),
+    (["--data", "noise_std=inf"], ["noise_std", "finite"]),
+    (["--data", "bogus=1"], ["bogus", "accepted"]),
+    (["--batch-size", "0"], ["batch_size", ">= 1"]),
+    (["--local-steps", "0"], ["steps", ">= 1"]),
+    (["--clusters", "2.5"], ["num_clusters", "integer"]),
+    (["--participation", "1.5"], ["participation", "(0, 1]"]),
+    (["--participation", "nan"], ["participation", "finite"]),
+    (["--chunk", "0"], ["chunk", ">= 1"]),
+    (["--set", "weight_sharing=maybe"], ["weight_sharing", "true or false"]),
+    (["--set", "momentum=1e400"], ["momentum", "finite"]),
+    (["--set", "ifca.nonsense=1"], ["nonsense"]),
+    (["--set", "lr"], ["KEY=VALUE"]),
+    (["--model", "mlp", "--model-arg", "hidden=abc"], ["hidden", "list"]),
+    (["--model", "nope"], ["unknown model 'nope'"]),
+    (["--devices", "0"], ["devices", ">= 1"]),
+    (["--devices", "4096"], ["--devices 4096", "device(s) here"]),
+    (["--algorithm", "nope"], ["unknown algorithm 'nope'"]),
+])
+def test_run_rejects_bad_values(argv, words, capsys, no_compute):
+    if "--algorithm" not in argv:
+        argv = ["--algorithm", "ifca"] + argv
+    assert main(["run"] + TINY + argv) == 2
+    one_line_error(capsys, *words)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--dataset", "nope"], ["unknown dataset 'nope'"]),
+    (["--dataset", "uifca-gaussian"], ["uifca-gaussian", "run_uifca"]),
+    (["--preset", "rotated-digits", "--dataset", "femnist"], ["--preset", "femnist"]),
+    (["--algorithms", ","], ["--algorithms"]),
+    (["--option", "III"], ["invalid choice"]),
+    (["--rounds"], ["expected one argument"]),
+])
+def test_compare_rejects_bad_values(argv, words, capsys, no_compute):
+    with_exit = argv in (["--option", "III"], ["--rounds"])
+    if with_exit:  # argparse's own errors exit 2 themselves, on one line
+        with pytest.raises(SystemExit) as e:
+            main(["compare"] + argv)
+        assert e.value.code == 2
+    else:
+        assert main(["compare"] + argv) == 2
+    one_line_error(capsys, *words)
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("text, words", [
+    ('dataset = "gaussian-mixture"\n[algorithms.ifca]\nlr = "0.1"\n', ["lr", "the string '0.1'", "number"]),
+    ('rounds = "ten"\n[algorithms.ifca]\n', ["rounds", "'ten'", "integer"]),
+    ('rounds = 2.5\n[algorithms.ifca]\n', ["rounds", "integer"]),
+    ('seed = true\n[algorithms.ifca]\n', ["seed", "boolean"]),
+    ('[data]\nnum_clients = "many"\n[algorithms.ifca]\n', ["num_clients", "integer"]),
+    ('[data]\nnum_clients = 0\n[algorithms.ifca]\n', ["num_clients", ">= 1"]),
+    ('[algorithms.ifca]\nweight_sharing = "yes"\n', ["weight_sharing", "true or false"]),
+    ('[algorithms.ifca]\nnum_clusters = 2.0e0\nparticipation = 2\n', ["participation", "(0, 1]"]),
+    ('[algorithms.ifca]\noption = 2\n', ["option", "string"]),
+    ('[algorithms.ifca]\nrestarts = 0\n', ["restarts", ">= 1"]),
+    ('[algorithms]\nifca = 3\n', ["algorithms.ifca", "table"]),
+    ('data = 3\n[algorithms.ifca]\n', ["data", "table"]),
+    ('epochs = 3\n[algorithms.ifca]\n', ["unknown study key", "epochs"]),
+    ('rounds = \n', ["not valid TOML"]),
+])
+def test_study_file_values_are_checked(tmp_path, text, words, capsys, no_compute):
+    path = write(tmp_path, "study.toml", text)
+    assert main(["run", "--config", path, "--no-progress"]) == 2
+    one_line_error(capsys, *words)
+
+
+def test_json_study_checked(tmp_path, capsys, no_compute):
+    path = write(tmp_path, "s.json", json.dumps({"algorithms": {"ifca": {"lr": float("inf")}}}))
+    assert main(["run", "--config", path]) == 2
+    one_line_error(capsys, "lr", "finite")
+    path = write(tmp_path, "l.json", "[1, 2]")
+    assert main(["run", "--config", path]) == 2
+    one_line_error(capsys, "must hold a table")
+
+
+def test_run_needs_one_algorithm_of_a_study(tmp_path, capsys, no_compute):
+    path = write(tmp_path, "two.toml", "[algorithms.ifca]\n[algorithms.fedavg]\n")
+    assert main(["run", "--config", path]) == 2
+    one_line_error(capsys, "--algorithm", "compare")
+
+
+@pytest.mark.parametrize("flag", ["--output", "--checkpoint"])
+def test_unwritable_paths_stop_before_compute(tmp_path, flag, capsys, no_compute):
+    assert main(["run", "--algorithm", "ifca", flag, str(tmp_path)] + TINY) == 2
+    one_line_error(capsys, flag, "folder")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert main(["run", "--algorithm", "ifca", flag, str(blocker / "x" / "r.json")] + TINY) == 2
+    one_line_error(capsys, flag, "cannot create")
+
+
+def test_batch_larger_than_every_client_stops_before_rounds(capsys, monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("rounds started")
+    monkeypatch.setattr(experiment, "run_experiment", refuse)
+    assert main(["run", "--algorithm", "ifca", "--batch-size", "100000"] + TINY) == 2
+    one_line_error(capsys, "batch_size 100000", "10 examples", "at most 10")
+
+
+def test_corrupt_data_files_are_one_line(tmp_path, capsys):
+    leaf = tmp_path / "femnist" / "train"
+    leaf.mkdir(parents=True)
+    (leaf / "all.json").write_text("{not json")
+    (tmp_path / "femnist" / "test").mkdir()
+    (tmp_path / "femnist" / "test" / "all.json").write_text("{not json")
+    assert main(["run", "--dataset", "femnist", "--algorithm", "fedavg", "--data-dir",
+                 str(tmp_path), "--rounds", "1", "--no-progress"]) == 2
+    one_line_error(capsys, "femnist")
+    assert main(["run", "--dataset", "femnist", "--algorithm", "fedavg", "--data-dir",
+                 str(tmp_path / "missing"), "--rounds", "1", "--no-progress"]) == 2
+    one_line_error(capsys, "femnist", "not found")
+
+
+def test_restarts_that_cannot_fit_stop_before_rounds(capsys, monkeypatch):
+    pytest.importorskip("fedclust_jax.core.memory")  # the memory pre-check of the runner
+
+    def refuse(*a, **k):
+        raise AssertionError("rounds started")
+    monkeypatch.setattr(experiment, "run_rounds", refuse)
+    assert main(["run", "--algorithm", "ifca", "--restarts", "10000000", "--rounds", "2",
+                 "--no-progress"]) == 2
+    one_line_error(capsys, "restarts")
