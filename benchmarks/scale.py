@@ -1,6 +1,7 @@
 """Seconds per round and peak memory against the number of clients N.
 
-    python benchmarks/scale.py --quick --data-dir ../shared/data --json scale.json
+    python benchmarks/scale.py --quick --data-dir ../shared/data --json scale.json \
+        --markdown benchmarks/results/scale_cpu.md
     python benchmarks/scale.py --data-dir ../shared/data          # full mode, for accelerators
 
 Each configuration runs in its own subprocess, so peak memory is that configuration's own.
@@ -218,6 +219,11 @@ def run_in_subprocess(cfg: dict, timeout_s: float) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def uptime() -> str:
+    """The load averages (1, 5, 15 minutes) as ``uptime`` prints them."""
+    return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
@@ -241,10 +247,25 @@ def growth(records, model="linear", small=100_000, large=1_000_000):
     return None
 
 
+def targets(records) -> str:
+    """The issue's targets for the linear model at 1M clients, where measured."""
+    lines = []
+    g = growth(records)
+    if g is not None:
+        lines.append(f"linear model: seconds per round at 1M clients / at 100k = {g:.2f} (target <= 12)")
+    big = [r for r in records if r["model"] == "linear" and r["clients"] == 1_000_000
+           and r["peak_memory_mb"] is not None]
+    if big and big[0]["backend"] == "cpu":
+        lines.append(f"linear model at 1M clients: peak RSS {big[0]['peak_memory_mb']:.0f} MB "
+                     "(target <= 4096 MB)")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the CPU set (see the module doc)")
     p.add_argument("--json", help="write the records to this path")
+    p.add_argument("--markdown", help="write the command, machine load and table to this path")
     p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_DATA"),
                    help="folder holding mnist/ (default $FEDCLUST_DATA)")
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after the warm-up round")
@@ -272,6 +293,7 @@ def main(argv=None):
         p.error("no configuration left after --only / --max-clients")
     if any(c["dataset"] == "mnist-views" for c in configs) and not args.data_dir:
         p.error("MNIST configurations need --data-dir (a folder holding mnist/) or $FEDCLUST_DATA")
+    load_before = uptime()
     records = []
     for c in configs:
         cfg = dict(c, dtype=args.dtype, rounds=args.rounds, seed=args.seed, data_dir=args.data_dir,
@@ -280,10 +302,15 @@ def main(argv=None):
         r = run_in_subprocess(cfg, args.timeout)
         records.append({k: r.get(k) for k in RECORD_KEYS + ("first_round_s", "build_s",
                                                            "rounds_timed", "note")})
-    print(table(records))
-    g = growth(records)
-    if g is not None:
-        print(f"\nlinear model: seconds per round at 1M clients / at 100k = {g:.2f}")
+    summary = targets(records)
+    print(table(records) + ("\n\n" + summary if summary else ""))
+    if args.markdown:
+        command = " ".join(["python", "benchmarks/scale.py"] + (argv if argv is not None else sys.argv[1:]))
+        with open(args.markdown, "w") as f:
+            f.write(f"`{command}`\n\n"
+                    f"Load (`uptime`) before: {load_before}; after: {uptime()} "
+                    f"(on {os.cpu_count()} cores).\n\n{table(records)}\n"
+                    + (f"\n{summary}\n" if summary else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)
