@@ -5,7 +5,9 @@ int32[N], Local / Ditto / SR-FCA per-client models [N, ...], MC momenta) is spli
 axis; cluster models [K, ...] and scalars are replicated. The same jitted round runs
 unchanged and XLA inserts the collectives for per-cluster sums. A leaf whose client-axis
 position happens to have length N for another reason (K = N clusters) is split too: a
-layout choice only, results do not change.
+layout choice only, results do not change. A chunked ``lax.map`` over clients walks the
+client axis in order, which XLA may not spread over the devices: ``chunk=None`` is the
+layout tested with several devices.
 
 Several processes (hosts): call ``initialize_processes`` first in every process, build the
 same data in every process (same seed), then run with ``devices`` = all devices of all
