@@ -291,8 +291,11 @@ def main(argv=None):
                and (args.max_clients is None or c["clients"] <= args.max_clients)]
     if not configs:
         p.error("no configuration left after --only / --max-clients")
-    if any(c["dataset"] == "mnist-views" for c in configs) and not args.data_dir:
-        p.error("MNIST configurations need --data-dir (a folder holding mnist/) or $FEDCLUST_DATA")
+    if any(c["dataset"] == "mnist-views" for c in configs):
+        if not args.data_dir or not os.path.isdir(args.data_dir):
+            p.error(f"MNIST configurations need --data-dir (a folder holding mnist/) or "
+                    f"$FEDCLUST_DATA; got {args.data_dir!r}")
+        args.data_dir = os.path.abspath(args.data_dir)  # the subprocesses run in the project root
     load_before = uptime()
     records = []
     for c in configs:
