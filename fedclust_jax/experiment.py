@@ -78,15 +78,25 @@ class ExperimentConfig:
 
 def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
                rounds_per_chunk: int | None = None, progress: bool = True,
-               checkpoint: str | None = None, config: dict | None = None):
+               checkpoint: str | None = None, config: dict | None = None, mesh=None):
     """Runs ``rounds`` rounds of ``alg`` for ``restarts`` independent initialisations.
 
     checkpoint: a .npz path written after every chunk; if it exists the run resumes from it
     (``config`` must match the one it was written with).
+    mesh: a ``clients`` mesh (``core.sharding``): per-client state leaves are split over it
+    from init on, and every chunk returns them with the same shardings.
     Returns (final states with leading axis R, per-round metrics dict of [R, rounds] arrays).
     """
     restart_keys = jax.random.split(key, restarts)
-    states = jax.jit(jax.vmap(alg.init, in_axes=(0, None)))(restart_keys, data)
+    # -- sharding hook: per-client state split over the mesh (core/sharding.py) --
+    init = jax.vmap(alg.init, in_axes=(0, None))
+    placed_init, placed = {}, {}  # jit keyword arguments: out_shardings where there is a mesh
+    if mesh is not None:
+        from fedclust_jax.core.sharding import replicated, state_shardings
+        shardings = state_shardings(jax.eval_shape(init, restart_keys, data), mesh, data.num_clients)
+        placed_init, placed = dict(out_shardings=shardings), dict(out_shardings=(shardings, replicated(mesh)))
+    states = jax.jit(init, **placed_init)(restart_keys, data)
+    # -- end sharding hook --
     schedule = ChunkSchedule(rounds, rounds_per_chunk)
     done, history = 0, []
     if checkpoint and os.path.exists(checkpoint):
@@ -94,13 +104,15 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
         if done > rounds:
             raise ValueError(f"checkpoint {checkpoint} is at round {done}, past the {rounds} asked for")
         history = [saved] if saved else []
+        if mesh is not None:
+            states = jax.device_put(states, shardings)
 
     def one_restart(state, rkey, data, ts):
         def body(s, t):
             return alg.round(s, jax.random.fold_in(rkey, t), data)
         return jax.lax.scan(body, state, ts)
 
-    chunk = jax.jit(jax.vmap(one_restart, in_axes=(0, 0, None, None)))
+    chunk = jax.jit(jax.vmap(one_restart, in_axes=(0, 0, None, None)), **placed)
     bar = Progress(alg.name, rounds, progress, start=done)
     merge = lambda hs: {k: np.concatenate([np.asarray(h[k]) for h in hs], axis=1) for k in hs[0]} if hs else {}
     start = done
@@ -177,31 +189,35 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
         data = build_dataset(cfg.dataset, jax.random.fold_in(root, 0), **cfg.data)
     model = build_model(cfg.model, data, **cfg.model_args)
     alg = build_algorithm(cfg.algorithm, model, cfg.params, data)
-    if devices is not None and devices > 1:
-        from fedclust_jax.core.sharding import client_mesh, shard_clients
+    mesh, host_data, to_host = None, data, lambda tree: tree
+    if devices is not None and devices > 1:  # -- sharding hook (core/sharding.py) --
+        from fedclust_jax.core.sharding import client_mesh, shard_clients, to_host
         if devices > jax.device_count():
             raise ValueError(f"asked for {devices} devices, {jax.device_count()} available")
-        data = shard_clients(data, client_mesh(jax.devices()[:devices]))
+        mesh = client_mesh(jax.devices()[:devices])
+        data = shard_clients(data, mesh)
     t0 = time.perf_counter()
     states, history = run_rounds(alg, data, jax.random.fold_in(root, 1), rounds=cfg.rounds,
                                  restarts=cfg.restarts, rounds_per_chunk=cfg.rounds_per_chunk,
-                                 progress=progress, checkpoint=checkpoint, config=cfg.to_dict())
-    objective = np.asarray(jax.jit(jax.vmap(alg.objective, in_axes=(0, None)))(states, data))
+                                 progress=progress, checkpoint=checkpoint, config=cfg.to_dict(),
+                                 mesh=mesh)
+    objective = np.asarray(to_host(jax.jit(jax.vmap(alg.objective, in_axes=(0, None)))(states, data)))
     chosen = int(np.nanargmin(objective)) if np.isfinite(objective).any() else 0
-    evaluate = jax.jit(alg.evaluate)
+    evaluate_jit = jax.jit(alg.evaluate)
+    evaluate = lambda state, d: to_host(evaluate_jit(state, d))
     pick = lambda r: jax.tree.map(lambda a: a[r], states)
-    result_metrics = summarize(alg, evaluate(pick(chosen), data), data)
+    result_metrics = summarize(alg, evaluate(pick(chosen), data), host_data)
     wall = time.perf_counter() - t0
     restarts_info: dict[str, Any] = {"objective": objective.tolist(), "chosen": chosen}
     if cfg.restarts > 1:
-        per = [summarize(alg, evaluate(pick(r), data), data) for r in range(cfg.restarts)]
+        per = [summarize(alg, evaluate(pick(r), data), host_data) for r in range(cfg.restarts)]
         for key in ("param_error", "misclustering"):
             vals = [p.get(key) for p in per]
             if all(v is not None for v in vals):
                 restarts_info[f"oracle_best_{key}"] = float(min(vals))
                 restarts_info[key] = vals
     return {
-        "algorithm": cfg.algorithm, "config": cfg.to_dict(), "data": data.summary(),
+        "algorithm": cfg.algorithm, "config": cfg.to_dict(), "data": host_data.summary(),
         "metrics": result_metrics, "restarts": restarts_info,
         "history": {k: v[chosen].tolist() for k, v in history.items()},
         "wall_s": wall,

@@ -1,8 +1,19 @@
-"""Several devices: per-client arrays split over a one-axis ``clients`` mesh.
+"""Several devices and processes: per-client arrays split over a one-axis ``clients`` mesh.
 
-The same jitted round runs unchanged; XLA inserts the collectives for per-cluster sums.
-Cluster models and other small arrays are replicated. Use with ``chunk=None`` (a chunked
-``lax.map`` walks the client axis sequentially).
+Every array whose leading client axis is N (data, and per-client state: assignments
+int32[N], Local / Ditto / SR-FCA per-client models [N, ...], MC momenta) is split on that
+axis; cluster models [K, ...] and scalars are replicated. The same jitted round runs
+unchanged and XLA inserts the collectives for per-cluster sums. A leaf whose client-axis
+position happens to have length N for another reason (K = N clusters) is split too: a
+layout choice only, results do not change. A chunked ``lax.map`` over clients walks the
+client axis in order, which XLA may not spread over the devices: ``chunk=None`` is the
+layout tested with several devices.
+
+Several processes (hosts): call ``initialize_processes`` first in every process, build the
+same data in every process (same seed), then run with ``devices`` = all devices of all
+processes. ``jax.device_put`` of a host array that is equal on every process onto a global
+sharding keeps each process's own shards. Values are read back on the host with
+``to_host`` (an all-gather where a process does not hold the whole array).
 """
 
 from __future__ import annotations
@@ -11,27 +22,92 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+AXIS = "clients"
+
 
 def client_mesh(devices=None) -> Mesh:
-    """A 1-D mesh named ``clients`` over ``devices`` (default: all devices)."""
-    return Mesh(np.array(devices if devices is not None else jax.devices()), ("clients",))
+    """A 1-D mesh named ``clients`` over ``devices`` (default: all devices of all processes)."""
+    return Mesh(np.array(devices if devices is not None else jax.devices()), (AXIS,))
+
+
+def check_divisible(num_clients: int, mesh: Mesh):
+    size = mesh.devices.size
+    if num_clients % size:
+        raise ValueError(f"{num_clients} clients cannot be split evenly over {size} devices; "
+                         f"use a multiple of {size} clients or fewer devices")
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec())
+
+
+PER_CLIENT_DATA = ("x", "y", "count", "x_test", "y_test", "count_test", "cluster", "point_cluster")
+SHARED_DATA = ("true_params", "pool_x", "pool_y")
 
 
 def shard_clients(data, mesh: Mesh):
-    """``data`` (FederatedData) with every [N, ...] array split on its leading axis over the
-    mesh and everything else replicated. N must be a multiple of the number of devices."""
-    n, size = data.num_clients, mesh.devices.size
-    if n % size:
-        raise ValueError(f"{n} clients cannot be split evenly over {size} devices; "
-                         f"use a multiple of {size} clients")
-    split = NamedSharding(mesh, PartitionSpec("clients"))
-    replicated = NamedSharding(mesh, PartitionSpec())
-    per_client = {"x", "y", "count", "x_test", "y_test", "count_test", "cluster", "point_cluster"}
+    """``data`` (``FederatedData``, or any pytree dataclass of client data such as views over
+    a shared pool) with every per-client array split on its leading axis over the mesh and
+    everything else replicated. N must be a multiple of the number of devices.
+
+    Per-client: the fields in ``PER_CLIENT_DATA`` and any other array field with leading
+    axis N (per-client indices, transform ids). Replicated: ``SHARED_DATA`` (ground truth, a
+    shared example pool) and every other array (transform tables); a table whose length
+    happens to be N is split, a layout choice that does not change results."""
+    n = data.num_clients
+    check_divisible(n, mesh)
+    split, whole = NamedSharding(mesh, PartitionSpec(AXIS)), replicated(mesh)
     changes = {}
-    for name in per_client:
-        a = getattr(data, name)
-        if a is not None:
-            changes[name] = jax.device_put(a, split)
-    if data.true_params is not None:
-        changes["true_params"] = jax.device_put(data.true_params, replicated)
+    for name, value in vars(data).items():
+        if value is None or isinstance(value, (str, int, float, bool)):
+            continue
+        if name in SHARED_DATA:
+            changes[name] = jax.tree.map(lambda a: jax.device_put(a, whole), value)
+            continue
+        per_client = name in PER_CLIENT_DATA or (value.ndim >= 1 and value.shape[0] == n)
+        changes[name] = jax.device_put(value, split if per_client else whole)
     return data.replace(**changes)
+
+
+def state_shardings(states, mesh: Mesh, num_clients: int, *, restarts: bool = True):
+    """A pytree of ``NamedSharding`` matching ``states`` (arrays or ``jax.ShapeDtypeStruct``):
+    leaves [R, N, ...] (``restarts=True``) or [N, ...] (``restarts=False``) get
+    PartitionSpec(None, "clients") / ("clients",); every other leaf is replicated."""
+    check_divisible(num_clients, mesh)
+    axis = 1 if restarts else 0
+    spec = PartitionSpec(*([None] * axis), AXIS)
+
+    def one(leaf):
+        shape = leaf.shape
+        if len(shape) > axis and shape[axis] == num_clients:
+            return NamedSharding(mesh, spec)
+        return replicated(mesh)
+
+    return jax.tree.map(one, states)
+
+
+def shard_state(states, mesh: Mesh, num_clients: int, *, restarts: bool = True):
+    """``states`` with every per-client leaf split over the mesh (see ``state_shardings``)."""
+    return jax.device_put(states, state_shardings(states, mesh, num_clients, restarts=restarts))
+
+
+def initialize_processes(coordinator_address: str, num_processes: int, process_id: int,
+                         *, timeout_s: int = 300):
+    """Joins a run of ``num_processes`` processes (one per host, or several on one host).
+    Call before any other JAX call, with the same ``coordinator_address`` ("host:port" of
+    process 0) everywhere. On CPU the cross-process collectives use gloo."""
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=coordinator_address,
+                               num_processes=num_processes, process_id=process_id,
+                               initialization_timeout=timeout_s)
+
+
+def to_host(tree):
+    """``tree`` with every array as numpy; arrays that span other processes' devices are
+    all-gathered first (every process must call this together)."""
+    def one(a):
+        if isinstance(a, jax.Array) and not a.is_fully_addressable and not a.is_fully_replicated:
+            from jax.experimental import multihost_utils
+            return np.asarray(multihost_utils.process_allgather(a, tiled=True))
+        return np.asarray(a) if isinstance(a, jax.Array) else a
+    return jax.tree.map(one, tree)

@@ -1,0 +1,323 @@
+"""Seconds per round and peak memory against the number of clients N.
+
+    python benchmarks/scale.py --quick --data-dir ../shared/data --json scale.json \
+        --markdown benchmarks/results/scale_cpu.md
+    python benchmarks/scale.py --data-dir ../shared/data          # full mode, for accelerators
+
+Each configuration runs in its own subprocess, so peak memory is that configuration's own.
+A configuration builds its data, then runs IFCA (option II, participation 1, K clusters)
+through the experiment runner (``run_rounds``) for 1 + ``--rounds`` rounds of one round per
+compiled chunk: the first round (compilation included) is the warm-up, and seconds per round
+is the mean of the others. Peak memory: on CPU the process's peak resident set size
+(``ru_maxrss``: the Python process, JAX runtime and data building included); on an
+accelerator the largest ``peak_bytes_in_use`` over the devices.
+
+Configurations (``--quick`` on a CPU, well under 10 minutes on 2 cores when unloaded):
+  softmax regression (784 -> 10) on rotated MNIST (K = 4), clients drawing n = 20 train and
+    20 test images with replacement: N = 1k, 10k, 100k;
+  a linear model on synthetic mixed linear regression (K = 2, n = 10 train and 10 test
+    examples, d = 20): N = 100k and 1M (100k gives the growth of seconds per round to 1M).
+Full mode adds the MNIST MLP 784-200-10 at N = 1k, 10k, 100k.
+
+MNIST clients come from the recipe ``ifca_rotated_mnist(..., views=True, replace=True)``
+(one shared uint8 pool plus per-client indices) when the data package provides it; without
+it they are materialised here in numpy (float32 [N, n, 28, 28, 1]) and a configuration
+whose materialised data would exceed ``--max-data-gb`` is reported as skipped. Synthetic
+regression data is generated here in numpy, one block of clients at a time, with the
+construction of ``data.synthetic.mixed_linear_regression`` (theta*_j: Bernoulli(0.5)^d
+scaled to norm ``separation``; x ~ N(0, I); y = <x, theta*_j> + N(0, 0.1^2)), because the
+JAX generator draws all N x n x d normals at once (peak about twice the data).
+
+Output: a table on stdout; ``--json PATH`` writes a list of records {"model", "dataset",
+"clients", "samples_per_client", "dtype", "chunk", "seconds_per_round",
+"peak_memory_mb", "backend", ...} (plus "first_round_s", "build_s", "rounds_timed",
+"note"; seconds_per_round and peak_memory_mb are null for a skipped or failed run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+MNIST_N = (1_000, 10_000, 100_000)
+QUICK = ([dict(model="softmax", dataset="mnist-views", clients=n, samples_per_client=20, chunk=1000)
+          for n in MNIST_N]
+         + [dict(model="linear", dataset="synthetic-regression", clients=n, samples_per_client=10,
+                 chunk=10_000) for n in (100_000, 1_000_000)])
+FULL = QUICK + [dict(model="mlp", dataset="mnist-views", clients=n, samples_per_client=20, chunk=1000)
+                for n in MNIST_N]
+RECORD_KEYS = ("model", "dataset", "clients", "samples_per_client", "dtype", "chunk",
+               "seconds_per_round", "peak_memory_mb", "backend")
+
+
+# ------------------------------------------------------------------ data (child process)
+
+def mnist_clients(num_clients, n, seed, data_dir, max_data_gb):
+    """(data, note): rotated-MNIST clients (K = 4) drawing n train / n test images with
+    replacement; views where the recipe offers them, else materialised here."""
+    import inspect
+
+    import jax
+
+    from fedclust_jax.data import recipes
+    if "replace" in inspect.signature(recipes.ifca_rotated_mnist).parameters:
+        data = recipes.ifca_rotated_mnist(jax.random.key(seed), num_clusters=4,
+                                          num_clients=num_clients, n=n, n_test=n, views=True,
+                                          replace=True, data_dir=data_dir)
+        return data, "views (recipe)"
+    gb = num_clients * 2 * n * 784 * 4 / 1e9
+    if gb > max_data_gb:
+        return None, (f"skipped: materialised data would take {gb:.1f} GB > --max-data-gb "
+                      f"{max_data_gb} (needs view data: recipes.ifca_rotated_mnist(replace=True))")
+    return materialised_mnist(num_clients, n, seed, data_dir), "materialised in numpy (no view recipe)"
+
+
+def materialised_mnist(num_clients, n, seed, data_dir):
+    """float32 FederatedData: client i in cluster i // (N / 4), images rotated by 90 x cluster
+    degrees, n train and n test images drawn uniformly with replacement."""
+    import numpy as np
+
+    from fedclust_jax.data.federated import FederatedData
+    from fedclust_jax.data.sources import load_images
+    x, y, xt, yt = load_images("mnist", data_dir)
+    x, xt = (np.asarray(a, np.float32).reshape(len(a), 28, 28, 1) for a in (x, xt))
+    rng = np.random.default_rng(seed)
+    k = 4
+    cluster = np.repeat(np.arange(k), -(-num_clients // k))[:num_clients].astype(np.int32)
+
+    def draw(images, labels):
+        idx = rng.integers(0, len(images), (num_clients, n))
+        out = np.empty((num_clients, n, 28, 28, 1), np.float32)
+        for c in range(k):
+            rows = cluster == c
+            out[rows] = np.rot90(images[idx[rows]], c, axes=(2, 3))
+        return out, np.asarray(labels, np.int32)[idx]
+
+    (xs, ys), (xts, yts) = draw(x, y), draw(xt, yt)
+    count = np.full(num_clients, n, np.int32)
+    return FederatedData(x=xs, y=ys, count=count, x_test=xts, y_test=yts, count_test=count,
+                         cluster=cluster, task="classification", num_classes=10)
+
+
+def regression_clients(num_clients, n, seed, dim=20, num_clusters=2, separation=3.0,
+                       noise_std=0.1, block=100_000):
+    """Mixed linear regression generated in numpy blocks of clients (see module doc)."""
+    import numpy as np
+
+    from fedclust_jax.data.federated import FederatedData
+    rng = np.random.default_rng(seed)
+    theta = rng.integers(0, 2, (num_clusters, dim)).astype(np.float32)
+    theta *= separation / np.maximum(np.linalg.norm(theta, axis=1, keepdims=True), 1e-12)
+    cluster = np.repeat(np.arange(num_clusters), -(-num_clients // num_clusters))[:num_clients]
+    cluster = cluster.astype(np.int32)
+
+    def draw():
+        x = np.empty((num_clients, n, dim), np.float32)
+        y = np.empty((num_clients, n), np.float32)
+        for s in range(0, num_clients, block):
+            e = min(s + block, num_clients)
+            x[s:e] = rng.standard_normal((e - s, n, dim), np.float32)
+            y[s:e] = np.einsum("cnd,cd->cn", x[s:e], theta[cluster[s:e]])
+            y[s:e] += noise_std * rng.standard_normal((e - s, n), np.float32)
+        return x, y
+
+    (x, y), (xt, yt) = draw(), draw()
+    count = np.full(num_clients, n, np.int32)
+    return FederatedData(x=x, y=y, count=count, x_test=xt, y_test=yt, count_test=count,
+                         cluster=cluster, true_params=theta, task="regression", num_classes=0)
+
+
+# ------------------------------------------------------------------ one configuration
+
+def peak_memory_mb(backend):
+    import jax
+    if backend != "cpu":
+        stats = [d.memory_stats() or {} for d in jax.local_devices()]
+        peaks = [s.get("peak_bytes_in_use") for s in stats if s.get("peak_bytes_in_use") is not None]
+        if peaks:
+            return max(peaks) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def run_one(cfg: dict) -> dict:
+    """Runs one configuration in this process and returns its record."""
+    import jax
+    import jax.numpy as jnp
+
+    from fedclust_jax import experiment
+    from fedclust_jax.algorithms.registry import build_algorithm
+    from fedclust_jax.models.registry import build_model
+
+    backend = jax.default_backend()
+    record = dict(cfg, backend=backend, seconds_per_round=None, peak_memory_mb=None,
+                  first_round_s=None, build_s=None, rounds_timed=cfg["rounds"], note="")
+    t0 = time.perf_counter()
+    if cfg["dataset"] == "mnist-views":
+        data, note = mnist_clients(cfg["clients"], cfg["samples_per_client"], cfg["seed"],
+                                   cfg["data_dir"], cfg["max_data_gb"])
+        k = 4
+    else:
+        data, note, k = regression_clients(cfg["clients"], cfg["samples_per_client"], cfg["seed"]), \
+            "numpy blocks", 2
+    record["note"] = note
+    if data is None:
+        return record
+    if cfg["dtype"] != "float32":
+        if not hasattr(data, "astype"):
+            raise SystemExit(f"--dtype {cfg['dtype']} needs data with an astype method")
+        data = data.astype(cfg["dtype"])
+    data = jax.tree.map(jnp.asarray, data)
+    record["build_s"] = time.perf_counter() - t0
+
+    model = {"softmax": lambda: build_model("mlp", data, hidden=()),
+             "mlp": lambda: build_model("mlp", data, hidden=(200,)),
+             "linear": lambda: build_model("linear", data)}[cfg["model"]]()
+    alg = build_algorithm("ifca", model, dict(num_clusters=k, chunk=cfg["chunk"]), data)
+
+    marks = []
+
+    class Timer(experiment.Progress):
+        def update(self, done, extra=""):
+            marks.append(time.perf_counter())
+
+    experiment.Progress = Timer
+    start = time.perf_counter()
+    states, _ = experiment.run_rounds(alg, data, jax.random.key(cfg["seed"]), rounds=1 + cfg["rounds"],
+                                      rounds_per_chunk=1, progress=False)
+    jax.block_until_ready(states)
+    end = time.perf_counter()
+    if len(marks) != 1 + cfg["rounds"]:
+        raise SystemExit("run_rounds no longer reports after every chunk through "
+                         "experiment.Progress.update; update benchmarks/scale.py's timer")
+    record["first_round_s"] = marks[0] - start
+    record["seconds_per_round"] = (end - marks[0]) / cfg["rounds"]
+    record["peak_memory_mb"] = peak_memory_mb(backend)
+    return record
+
+
+# ------------------------------------------------------------------ driver
+
+def run_in_subprocess(cfg: dict, timeout_s: float) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", json.dumps(cfg)]
+    failed = dict(cfg, backend=None, seconds_per_round=None, peak_memory_mb=None,
+                  first_round_s=None, build_s=None, rounds_timed=cfg["rounds"])
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return dict(failed, note=f"failed: over the {timeout_s:.0f} s timeout")
+    if out.returncode != 0:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        why = "killed (out of memory?)" if out.returncode in (-9, 137) else tail[:200]
+        return dict(failed, note=f"failed (exit {out.returncode}): {why}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def uptime() -> str:
+    """The load averages (1, 5, 15 minutes) as ``uptime`` prints them."""
+    return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def table(records) -> str:
+    head = ["model", "dataset", "clients", "n", "dtype", "chunk", "s/round", "1st round s",
+            "peak MB", "backend", "note"]
+    rows = [[r["model"], r["dataset"], f"{r['clients']:,}", str(r["samples_per_client"]), r["dtype"],
+             str(r["chunk"]), fmt(r["seconds_per_round"], ".3f"), fmt(r["first_round_s"], ".1f"),
+             fmt(r["peak_memory_mb"], ".0f"), str(r["backend"]), r["note"]] for r in records]
+    widths = [max(len(x[i]) for x in [head] + rows) for i in range(len(head))]
+    line = lambda row: "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |"  # noqa: E731
+    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def growth(records, model="linear", small=100_000, large=1_000_000):
+    """Ratio of seconds per round between ``large`` and ``small`` clients, or None."""
+    by_n = {r["clients"]: r["seconds_per_round"] for r in records if r["model"] == model}
+    if by_n.get(small) and by_n.get(large):
+        return by_n[large] / by_n[small]
+    return None
+
+
+def targets(records) -> str:
+    """The issue's targets for the linear model at 1M clients, where measured."""
+    lines = []
+    g = growth(records)
+    if g is not None:
+        lines.append(f"linear model: seconds per round at 1M clients / at 100k = {g:.2f} (target <= 12)")
+    big = [r for r in records if r["model"] == "linear" and r["clients"] == 1_000_000
+           and r["peak_memory_mb"] is not None]
+    if big and big[0]["backend"] == "cpu":
+        lines.append(f"linear model at 1M clients: peak RSS {big[0]['peak_memory_mb']:.0f} MB "
+                     "(target <= 4096 MB)")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="the CPU set (see the module doc)")
+    p.add_argument("--json", help="write the records to this path")
+    p.add_argument("--markdown", help="write the command, machine load and table to this path")
+    p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_DATA"),
+                   help="folder holding mnist/ (default $FEDCLUST_DATA)")
+    p.add_argument("--rounds", type=int, default=2, help="timed rounds after the warm-up round")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p.add_argument("--chunk", type=int, help="clients per chunk (default per configuration)")
+    p.add_argument("--only", help="run only configurations whose model or dataset equals this")
+    p.add_argument("--max-clients", type=int, help="skip configurations with more clients")
+    p.add_argument("--max-data-gb", type=float, default=2.0,
+                   help="largest materialised MNIST data built when no view recipe exists")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    sys.path.insert(0, ROOT)
+    if args.one:
+        print(json.dumps(run_one(json.loads(args.one)), default=float))
+        return
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
+    configs = [c for c in (QUICK if args.quick else FULL)
+               if (args.only in (None, c["model"], c["dataset"]))
+               and (args.max_clients is None or c["clients"] <= args.max_clients)]
+    if not configs:
+        p.error("no configuration left after --only / --max-clients")
+    if any(c["dataset"] == "mnist-views" for c in configs):
+        if not args.data_dir or not os.path.isdir(args.data_dir):
+            p.error(f"MNIST configurations need --data-dir (a folder holding mnist/) or "
+                    f"$FEDCLUST_DATA; got {args.data_dir!r}")
+        args.data_dir = os.path.abspath(args.data_dir)  # the subprocesses run in the project root
+    load_before = uptime()
+    records = []
+    for c in configs:
+        cfg = dict(c, dtype=args.dtype, rounds=args.rounds, seed=args.seed, data_dir=args.data_dir,
+                   max_data_gb=args.max_data_gb, chunk=args.chunk or c["chunk"])
+        print(f"# {cfg['model']} {cfg['dataset']} N={cfg['clients']:,} ...", file=sys.stderr, flush=True)
+        r = run_in_subprocess(cfg, args.timeout)
+        records.append({k: r.get(k) for k in RECORD_KEYS + ("first_round_s", "build_s",
+                                                           "rounds_timed", "note")})
+    summary = targets(records)
+    print(table(records) + ("\n\n" + summary if summary else ""))
+    if args.markdown:
+        command = " ".join(["python", "benchmarks/scale.py"] + (argv if argv is not None else sys.argv[1:]))
+        with open(args.markdown, "w") as f:
+            f.write(f"`{command}`\n\n"
+                    f"Load (`uptime`) before: {load_before}; after: {uptime()} "
+                    f"(on {os.cpu_count()} cores).\n\n{table(records)}\n"
+                    + (f"\n{summary}\n" if summary else ""))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Two processes on localhost (``jax.distributed.initialize``, CPU collectives through gloo)
+run one IFCA experiment with the clients split over both processes' devices, and match the
+single-process run. Each process is bounded by a timeout, so a hang fails the test."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fedclust_jax.experiment import ExperimentConfig, run_experiment
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from multiprocess_run import CONFIG  # noqa: E402
+
+TIMEOUT_S = 180  # generous: the 2-core test machine is often shared
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_processes(out_path, num_processes=2):
+    port = free_port()
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)  # one CPU device per process
+    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "multiprocess_run.py"), str(port),
+                               str(num_processes), str(i), out_path],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(num_processes)]
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=TIMEOUT_S)[0])
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail(f"multi-process run did not finish in {TIMEOUT_S} s")
+    return [p.returncode for p in procs], logs
+
+
+def test_two_processes_equal_one(tmp_path):
+    out_path = str(tmp_path / "two.json")
+    codes, logs = run_processes(out_path)
+    assert codes == [0, 0], "\n".join(log[-2000:] for log in logs)
+    two = json.load(open(out_path))
+    assert two["process_count"] == 2 and two["device_count"] == 2
+    one = run_experiment(ExperimentConfig(**CONFIG), progress=False)
+    np.testing.assert_allclose(two["history"]["train_loss"], one["history"]["train_loss"], rtol=1e-5)
+    np.testing.assert_allclose(two["restarts"]["objective"], one["restarts"]["objective"], rtol=1e-5)
+    for key in ("test_loss", "misclustering", "param_error"):
+        np.testing.assert_allclose(two["metrics"][key], one["metrics"][key], rtol=1e-5)
+    assert one["metrics"]["misclustering"] == 0.0  # the run does cluster: the match is not trivial

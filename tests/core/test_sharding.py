@@ -1,0 +1,70 @@
+"""Clients split over 8 forced host CPU devices: data and per-client state carry the
+``clients`` sharding, everything else is replicated, and results equal one device.
+
+The device count must be fixed before JAX starts, so the runs happen in a subprocess
+(tests/core/sharded_runs.py)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec
+
+from fedclust_jax.core.sharding import client_mesh, shard_state, state_shardings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def sharded():
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, os.path.join(HERE, "sharded_runs.py")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_data_split_on_client_axis(sharded):
+    assert sharded["devices"] == 8
+    specs = sharded["data_specs"]
+    for name in ("x", "y", "count", "x_test", "y_test", "count_test", "cluster"):
+        assert specs[name] == ["clients"], name
+    assert specs["true_params"] == []
+
+
+def test_state_split_after_restart_axis(sharded):
+    assert sharded["state_specs"] == {"per_client": [None, "clients"], "assign": [None, "clients"],
+                                      "clusters": [], "round": []}
+
+
+def test_indivisible_clients_is_one_clear_error(sharded):
+    assert "12 clients cannot be split evenly over 8 devices" in sharded["indivisible_error"]
+
+
+@pytest.mark.parametrize("name", ["ifca", "local", "fedavg"])
+def test_round_keeps_shardings_and_equals_one_device(sharded, name):
+    run = sharded["runs"][name]
+    for path, spec in run["specs"].items():
+        per_client = len(run["shapes"][path]) > 1 and run["shapes"][path][1] == 16
+        assert spec == ([None, "clients"] if per_client else []), (path, spec)
+    if name == "local":
+        assert all(s == [None, "clients"] for p, s in run["specs"].items() if "params" in p)
+    if name == "ifca":
+        assert run["specs"][".assign"] == [None, "clients"] and run["specs"][".params['theta']"] == []
+    np.testing.assert_allclose(run["loss_many"], run["loss_one"], rtol=1e-5, atol=1e-6)
+    assert run["max_state_diff"] < 1e-5
+
+
+def test_state_shardings_without_restart_axis():
+    """In-process (one device is enough to build the shardings)."""
+    mesh = client_mesh(jax.devices()[:1])
+    tree = {"models": jax.ShapeDtypeStruct((6, 3), np.float32),
+            "clusters": jax.ShapeDtypeStruct((2, 3), np.float32)}
+    specs = {k: s.spec for k, s in state_shardings(tree, mesh, 6, restarts=False).items()}
+    assert specs == {"models": PartitionSpec("clients"), "clusters": PartitionSpec()}
+    placed = shard_state({"a": np.zeros((2, 6))}, mesh, 6)
+    assert placed["a"].sharding.spec == PartitionSpec(None, "clients")
