@@ -351,7 +351,7 @@ MODEL_HELP = {"hidden": "hidden layer widths (the input and output sizes come fr
 
 
 def describe_model(name: str) -> str:
-    from fedclust_jax.config_check import model_fields
+    from fedclust_jax.registry_check import model_fields
     from fedclust_jax.models.registry import MODELS
     fn = MODELS[name]
     fields, var_kw = model_fields(name)

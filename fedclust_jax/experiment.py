@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedclust_jax import checkpoint as ckpt
-from fedclust_jax import config_check
+from fedclust_jax import config_check, registry_check
 from fedclust_jax import metrics
 from fedclust_jax.presets import default_model
 from fedclust_jax.progress import ChunkSchedule, Progress, chunk_length  # noqa: F401 (re-exported)
@@ -65,10 +65,10 @@ class ExperimentConfig:
             raise ValueError(f"rounds must be an integer >= 0, got {self.rounds!r}")
         model = config_check.check_study_value("model", self.model)
         object.__setattr__(self, "model", model if model is not None else default_model(self.dataset))
-        object.__setattr__(self, "data", config_check.check_data(self.dataset, self.data))
-        object.__setattr__(self, "model_args", config_check.check_model_args(self.model, self.model_args))
+        object.__setattr__(self, "data", registry_check.check_data(self.dataset, self.data))
+        object.__setattr__(self, "model_args", registry_check.check_model_args(self.model, self.model_args))
         # Validate the algorithm's parameters now, before any data is built.
-        params = config_check.check_algorithm(self.algorithm, self.params)
+        params = registry_check.check_algorithm(self.algorithm, self.params)
         object.__setattr__(self, "params", params)
         make_config(ALGORITHMS[self.algorithm].config_cls, params, self.algorithm)
 

@@ -3,10 +3,12 @@
     data, models, metrics, checkpoint  ->  core  ->  attacks  ->  algorithms
         ->  experiment, presets  ->  cli (and __main__)
 
-A module may import its own layer or any layer below, never one above. metrics and
-checkpoint import nothing of the package (host-side numpy helpers), so they sit at the
-bottom with data and models where every layer may use them; presets are plain study
-dicts read by cli, at experiment's level. Every ``import`` statement counts, also those
+A module may import its own layer or any layer below, never one above. metrics,
+checkpoint, progress (progress lines, chunk schedule) and config_check (typed conversion
+of values) import nothing of the package, so they sit at the bottom with data and models
+where every layer may use them; presets, registry_check (parameters checked against the
+registries) and results (tables, JSON) are at experiment's level. Every ``import``
+statement counts, also those
 inside functions (walked with ``ast``, nothing is imported)."""
 
 import ast
@@ -17,7 +19,8 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "fedclust_jax"
 LAYERS = {"data": 0, "models": 0, "metrics": 0, "checkpoint": 0, "core": 1, "attacks": 2,
-          "algorithms": 3, "experiment": 4, "presets": 4, "cli": 5, "__main__": 5,
+          "algorithms": 3, "config_check": 0, "registry_check": 4, "experiment": 4, "presets": 4, "progress": 0,
+          "results": 4, "cli": 5, "__main__": 5, "__version__": 0,
           "__init__": 5}
 
 
