@@ -30,7 +30,9 @@ DEFAULT_MODEL = {"regression": "linear", "classification": "mlp"}
 
 def build_model(name: str | None, data, **params):
     """Model ``name`` (default: linear for regression, MLP 784-200-10-style for
-    classification) sized for ``data``."""
+    classification) sized for ``data``. ``params`` are the builder's keywords, e.g.
+    ``init="torch"`` (PyTorch's nn.Linear initialisation) for "mlp" and "linear"
+    (``--model-arg init=torch``)."""
     name = name or DEFAULT_MODEL[data.task]
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; available: {', '.join(sorted(MODELS))}")
