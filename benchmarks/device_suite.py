@@ -1,7 +1,8 @@
 """One accelerator run: GPU tests, round timings, and the GPU-sized tables, under a time budget.
 
     python benchmarks/device_suite.py --prepare-data --data-dir .data   # once, here
-    python benchmarks/device_suite.py --data-dir .data --out $OUT       # on one H100 / H200
+    python benchmarks/device_suite.py --data-dir .data --out /tmp/suite \
+        --archive $OUT/device_suite.tar.gz                                # on one H100 / H200
     python benchmarks/device_suite.py --dry-run --data-dir .data --out /tmp/suite  # CPU, toy
 
 Parts, in this order, each with its own time budget (seconds, capped by what is left of
@@ -118,6 +119,12 @@ class Suite:
         lines += [f"| {r['part']} | {r['status']} | {r['seconds']} | {r['reason']} |"
                   for r in self.records]
         (self.out / "summary.md").write_text("\n".join(lines) + "\n")
+        if self.args.archive:               # after every part, so a killed run keeps its parts
+            import tarfile
+            tmp = Path(str(self.args.archive) + ".tmp")
+            with tarfile.open(tmp, "w:gz") as tar:
+                tar.add(self.out, arcname="device_suite")
+            tmp.replace(self.args.archive)
 
 
 def load() -> str:
@@ -132,9 +139,18 @@ def block(tree):
                         tree)
 
 
+def child_env() -> dict:
+    """The environment of the suite's subprocesses: this checkout importable, and JAX free to
+    pick the accelerator (tests/conftest.py defaults JAX_PLATFORMS to cpu only when unset)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if jax.default_backend() != "cpu":
+        env["JAX_PLATFORMS"] = ""
+    return env
+
+
 def subprocess_part(suite: Suite, name: str, cmd: list[str], budget: float, log: str) -> dict:
     """Runs ``cmd`` in the repository root with a timeout; its output goes to ``log``."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     try:
         res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=budget, env=env)
         out, rc = res.stdout + res.stderr, res.returncode
@@ -155,7 +171,14 @@ def part_tests(suite: Suite, budget: float) -> dict:
     files = DRY_TESTS if suite.args.dry_run else TESTS
     rec = subprocess_part(suite, "tests", [sys.executable, "-m", "pytest", "-x", "-q", "-p",
                                            "no:cacheprovider", *files], budget, "tests.txt")
-    rec["backend"] = jax.default_backend()
+    probe = ("import os; os.environ.setdefault('JAX_PLATFORMS', 'cpu'); import jax; "
+             "print(jax.default_backend())")           # what tests/conftest.py leaves JAX
+    try:
+        rec["backend"] = subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                                        text=True, timeout=60, env=child_env()).stdout.strip()
+    except subprocess.TimeoutExpired:
+        rec["backend"] = "unknown (probe timed out)"
+    rec["reason"] = f"backend {rec['backend']}; " + rec["reason"]
     suite.write_json("tests", rec)
     return rec
 
@@ -390,6 +413,9 @@ def main(argv=None):
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
     ap.add_argument("--init", default="torch", choices=["flax", "torch"],
                     help="MLP initialisation for IFCA Table 1 (torch: the authors' code)")
+    ap.add_argument("--archive", default=None,
+                    help="also write the --out folder as this .tar.gz after every part (a device "
+                         "run brings back at most 8 files: pass $OUT/device_suite.tar.gz)")
     ap.add_argument("--dry-run", action="store_true", help="every part at toy size (CPU)")
     ap.add_argument("--prepare-data", action="store_true",
                     help="copy the data from --source into --data-dir and stop")

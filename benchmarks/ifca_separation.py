@@ -89,7 +89,7 @@ def write(path, command, args, info, records, variants, seeds, done, timings):
              f"784-200-10, option II (model averaging), tau = {args.steps} full-batch steps at "
              f"lr {args.lr}, full participation, chunk {args.chunk}. Seeds 0..{seeds - 1} "
              f"(init and round keys; one data set, data seed 0), all seeds and variants one "
-             f"vmapped axis of one compiled round. {info}", "",
+             f"vmapped axis of one compiled round (in batches of {args.seed_batch or 'all'}). {info}", "",
              "A seed separates at round t when the assignment used in round t (from the models "
              "after t - 1 rounds; t = 1: the initial models) puts every rotation in its own "
              "cluster (misclustering 0).", "",
@@ -132,6 +132,9 @@ def main(argv=None):
     p.add_argument("--inits", nargs="+", default=["flax", "torch"], choices=VARIANTS)
     p.add_argument("--chunk", type=int, default=None,
                    help="clients per vectorized chunk (1 is fastest on a CPU; unset: one vmap)")
+    p.add_argument("--seed-batch", type=int, default=None,
+                   help="seed-variants vmapped at once (default all; lower it to bound memory: "
+                        "about 3 x clients x 159k x 4 bytes each)")
     p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_DATA", "../shared/data"),
                    help="folder holding mnist/ (IDX files)")
     p.add_argument("--out", default="benchmarks/results/ifca_separation.md")
@@ -156,9 +159,14 @@ def main(argv=None):
     all_keys = jnp.concatenate([keys] * len(args.inits))
     states = jax.vmap(lambda key, prm: alg.init(key, data, params=prm),
                       in_axes=(0, 0))(all_keys, params)
-    step = jax.jit(jax.vmap(lambda s, key, d: alg.round(s, key, d)[0], in_axes=(0, 0, None)))
-    assign = jax.jit(jax.vmap(lambda s, d: alg.assign(s.params, d.x, d.y, d.count)[0],
-                              in_axes=(0, None)))
+    batch = args.seed_batch or len(all_keys)
+    # seed-variants one vmapped axis, in batches of ``batch`` (lax.map(batch_size=...) is a
+    # vmap over each batch): option II holds every client's trained model, so memory grows
+    # with seed-variants x clients x parameters
+    step = jax.jit(lambda s, keys, d: jax.lax.map(lambda sk: alg.round(sk[0], sk[1], d)[0],
+                                                   (s, keys), batch_size=batch))
+    assign = jax.jit(lambda s, d: jax.lax.map(
+        lambda st: alg.assign(st.params, d.x, d.y, d.count)[0], s, batch_size=batch))
     info = (f"{platform.machine()} CPU x {os.cpu_count()}, jax {jax.__version__}, "
             f"backend {jax.default_backend()}; load at start: {load()}.")
     records, timings = [], []
