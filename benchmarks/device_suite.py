@@ -239,7 +239,12 @@ def part_ifca_round(suite: Suite, budget: float) -> dict:
             rows.append(dict(dtype=dtype, status="skipped", reason=why))
             reasons.append(f"bfloat16 skipped: {why}")
             continue
-        s = ifca_round_seconds(n_clients, n, dtype, repeats)
+        try:
+            s = ifca_round_seconds(n_clients, n, dtype, repeats)
+        except Exception as e:  # keep the float32 row when the bfloat16 path breaks
+            rows.append(dict(dtype=dtype, status="failed", reason=f"{type(e).__name__}: {e}"[:300]))
+            reasons.append(f"{dtype} failed: {rows[-1]['reason']}")
+            continue
         rows.append(dict(dtype=dtype, clients=n_clients, seconds=s, tflops=flops / s / 1e12))
     suite.write_json("ifca_round", rows)
     md = [suite.command, "", f"IFCA round, N = {n_clients}, n = {n}, tau = 10, K = 4, MLP "
