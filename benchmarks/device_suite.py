@@ -161,7 +161,7 @@ def subprocess_part(suite: Suite, name: str, cmd: list[str], budget: float, log:
         rc, status = None, "partial"
     (suite.out / log).write_text(" ".join(shlex.quote(c) for c in cmd) + "\n\n" + out)
     tail = [l for l in out.strip().splitlines() if l.strip()][-1:] or [""]
-    reason = f"timed out after {budget:.0f} s" if rc is None else f"exit {rc}: {tail[0][:200]}"
+    reason = f"timed out after {budget:.0f} s" if rc is None else f"exit {rc}: {' '.join(tail[0].split())[:200]}"
     return dict(status=status, reason=reason, command=cmd, log=log)
 
 
