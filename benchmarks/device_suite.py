@@ -13,6 +13,9 @@ Parts, in this order, each with its own time budget (seconds, capped by what is 
   ifca_round    one IFCA option-II round at N = 2400 (MLP 784-200-10, n = 100, tau = 10, K = 4)
                 in float32 and bfloat16 (skipped, with the reason, while no model or IFCA
                 option takes a dtype)
+  ifca_separation  ``benchmarks/ifca_separation.py`` at the authors' m = 2400, n = 100: how
+                often IFCA separates the four rotations within 3 rounds, 20 seeds, Flax's and
+                PyTorch's initialisation (a CPU run of this size takes hours)
   scale         ``benchmarks/scale.py --full`` (IFCA rounds up to 100k clients), if present
   robust        ``benchmarks/robust_aggregators.py``: seconds per aggregator and sort method
   cross_loss    the [N, N] cross-loss matrix (N models on N clients' data) SR-FCA needs
@@ -54,9 +57,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-PARTS = ("tests", "ifca_round", "scale", "robust", "cross_loss", "ifca_table1", "ifca_table2",
+PARTS = ("tests", "ifca_round", "ifca_separation", "scale", "robust", "cross_loss", "ifca_table1", "ifca_table2",
          "srfca_table4")
-BUDGETS = {"tests": 100, "ifca_round": 45, "scale": 60, "robust": 45, "cross_loss": 20,
+BUDGETS = {"tests": 100, "ifca_round": 45, "ifca_separation": 90, "scale": 60, "robust": 45, "cross_loss": 20,
            "ifca_table1": 10_000, "ifca_table2": 10_000, "srfca_table4": 10_000}
 TESTS = ["tests/test_ifca.py", "tests/test_srfca.py", "tests/test_robust.py"]
 DRY_TESTS = ["tests/test_robust.py::test_validation"]
@@ -256,6 +259,16 @@ def part_ifca_round(suite: Suite, budget: float) -> dict:
     return dict(reason="; ".join(reasons), rows=rows)
 
 
+def part_ifca_separation(suite: Suite, budget: float) -> dict:
+    size = (["--clients", "16", "--n", "10", "--seeds", "2", "--rounds", "1", "--seed-batch", "2"]
+            if suite.args.dry_run else
+            ["--clients", "2400", "--n", "100", "--seeds", "20", "--rounds", "3", "--seed-batch", "4"])
+    return subprocess_part(suite, "ifca_separation", [
+        sys.executable, "benchmarks/ifca_separation.py", *size, "--inits", "flax", "torch",
+        "--data-dir", suite.args.data_dir, "--out", str(suite.out / "ifca_separation.md")],
+        budget, "ifca_separation.txt")
+
+
 def part_scale(suite: Suite, budget: float) -> dict:
     script = ROOT / "benchmarks" / "scale.py"
     if not script.exists():
@@ -437,6 +450,7 @@ def main(argv=None):
     suite = Suite(args, command)
     print(f"device: {jax.devices()[0]}; budget {args.budget:.0f} s", flush=True)
     for part, fn in (("tests", part_tests), ("ifca_round", part_ifca_round),
+                     ("ifca_separation", part_ifca_separation),
                      ("scale", part_scale), ("robust", part_robust),
                      ("cross_loss", part_cross_loss), ("ifca_table1", part_ifca_table1),
                      ("ifca_table2", part_script("ifca_table2", "ifca_table2.py")),

@@ -35,7 +35,7 @@ def test_dry_run_writes_every_part_and_a_parsable_summary(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     summary = json.loads((out / "summary.json").read_text())
     status = {r["part"]: r for r in summary["parts"]}
-    assert set(status) == {"tests", "ifca_round", "scale", "robust", "cross_loss", "ifca_table1",
+    assert set(status) == {"tests", "ifca_round", "ifca_separation", "scale", "robust", "cross_loss", "ifca_table1",
                            "ifca_table2", "srfca_table4"}
     assert status["tests"]["status"] == "skipped" and status["robust"]["status"] == "skipped"
     for part in ("ifca_round", "cross_loss", "ifca_table1"):
