@@ -125,6 +125,8 @@ def summarize_per_trial(path, lost=0.5):
     relates to the smallest distance between true centres."""
     for line in open(path):
         r = json.loads(line)
+        if "hungarian" not in r:          # the provenance line
+            continue
         h, sep = np.array(r["hungarian"]), np.array(r["min_separation"])
         bad = np.array(r["cluster_errors"]).max(axis=1) > lost
         low = sep < np.median(sep)

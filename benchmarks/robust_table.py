@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from provenance import generated_by
+
 from fedclust_jax.algorithms.brifca import BRIFCA, BRIFCAConfig
 from fedclust_jax.attacks.byzantine import num_byzantine
 from fedclust_jax.core.robust import RULES
@@ -87,7 +89,7 @@ def main():
     ap.add_argument("--rules", nargs="*", default=list(RULES))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    head = ("# Robustness table (BR-IFCA, final parameter error)\n\n" + __doc__.split("\n\n", 2)[2]
+    head = (generated_by() + "# Robustness table (BR-IFCA, final parameter error)\n\n" + __doc__.split("\n\n", 2)[2]
             + f"\n{args.trials} trials, {args.rounds} rounds. Columns: byz_frac. "
             "Errors above 1 (the norm of theta*) mark a breakdown.\n")
     sections = []

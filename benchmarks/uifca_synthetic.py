@@ -27,6 +27,8 @@ from pathlib import Path
 
 import jax
 import numpy as np
+
+from provenance import generated_by
 from sklearn.metrics import normalized_mutual_info_score
 
 from fedclust_jax.algorithms.kfed import kfed
@@ -194,7 +196,7 @@ def main():
                     f"Gaussian centres scaling {a.scaling!r}; standardized points: "
                     f"{a.standardize}; {time.time() - t0:.0f}s on {jax.devices()[0].platform}"
                     f"{'' if done else '; PARTIAL: run stopped or still going'}")
-        text = "# UIFCA Table 4.1 (synthetic)\n\n" + table(results, cfg_line, datasets)
+        text = generated_by() + "# UIFCA Table 4.1 (synthetic)\n\n" + table(results, cfg_line, datasets)
         text += ("\n\nUIFCA purity per cluster round of the kept run (round 0 = initial "
                  "assignment), and every restart's purity when the restarts were compared:\n\n")
         for (name, p, seed), curve in curves.items():

@@ -22,6 +22,8 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from provenance import generated_by
 import optax
 
 from fedclust_jax.data.sources import read_idx
@@ -108,7 +110,7 @@ def main():
         acc = 100 * float((pred == test_y).mean())
         rows.append((name, acc))
         print(f"{name}: accuracy {acc:.2f} (thesis {THESIS[name]})", flush=True)
-    text = ("# UIFCA Table 4.2: likelihood assignment by two RealNVPs (digits 2 vs 3)\n\n"
+    text = (generated_by() + "# UIFCA Table 4.2: likelihood assignment by two RealNVPs (digits 2 vs 3)\n\n"
             f"RealNVP depth {a.depth}, MLP width {a.hidden}; Adam lr {a.lr}, batch 64, "
             f"{a.steps} steps per flow; test images of digits 2 and 3 (2042); "
             f"{time.time() - t0:.0f}s on {jax.devices()[0].platform}.\n\n"

@@ -25,6 +25,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from provenance import generated_by
+
 from fedclust_jax.algorithms.kfed import kfed
 from fedclust_jax.algorithms.uifca import UIFCAConfig, run_uifca
 from fedclust_jax.data.points import true_points
@@ -111,7 +113,7 @@ def main():
         if (name, method) in THESIS:
             lines.append(f"| {name} | {method} (thesis) | "
                          + " | ".join(str(v) for v in THESIS[(name, method)]) + " |")
-    text = ("# UIFCA Table 4.3 (MNIST): purity % vs heterogeneity p\n\n"
+    text = (generated_by() + "# UIFCA Table 4.3 (MNIST): purity % vs heterogeneity p\n\n"
             f"n = K clients, {a.fill} x smallest pool points each; rotated = mean over digits "
             f"2, 3, 4, 5; {time.time() - t0:.0f}s on {jax.devices()[0].platform}.\n\n"
             + "\n".join(lines) + "\n")

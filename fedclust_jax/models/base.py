@@ -79,6 +79,35 @@ def from_nnx(name: str, make: Callable[[nnx.Rngs], nnx.Module], *, task: str,
     return Model(name=name, init=init, apply=apply, task=task, head=head)
 
 
+DENSE_INITS = ("flax", "torch")
+
+
+def torch_uniform(fan_in: int) -> Callable:
+    """PyTorch's ``nn.Linear`` default for weights AND biases: U(-1/sqrt(fan_in),
+    1/sqrt(fan_in)) (``kaiming_uniform_(a=sqrt(5))`` reduces to this bound for weights).
+    A Flax initializer ``(key, shape, dtype) -> array``."""
+    bound = 1.0 / float(fan_in) ** 0.5
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
+
+
+def dense_init_kwargs(init: str, fan_in: int) -> dict:
+    """``nnx.Linear`` keyword arguments for a named initialisation.
+
+    "flax": Flax's defaults, LeCun-normal weights (truncated normal, variance 1/fan_in) and
+    zero biases; "torch": PyTorch's ``nn.Linear`` default (``torch_uniform`` for weights and
+    biases; weight variance 1/(3 fan_in), about 0.58x Flax's standard deviation).
+    """
+    if init not in DENSE_INITS:
+        raise ValueError(f"init must be one of {DENSE_INITS}, got {init!r}")
+    if init == "flax":
+        return {}
+    return dict(kernel_init=torch_uniform(fan_in), bias_init=torch_uniform(fan_in))
+
+
 def num_params(params: Params) -> int:
     """Number of scalar parameters in one model's params."""
     return sum(int(a.size) for a in jax.tree.leaves(params))

@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from fedclust_jax.models.base import Model, from_nnx
+from fedclust_jax.models.base import Model, from_nnx, torch_uniform
 
-LINEAR_INITS = ("zeros", "normal", "bernoulli")
+LINEAR_INITS = ("zeros", "normal", "bernoulli", "torch")
 
 
 class LinearRegression(nnx.Module):
@@ -20,6 +20,8 @@ class LinearRegression(nnx.Module):
             theta = jnp.zeros((dim,))
         elif init == "normal":
             theta = scale * jax.random.normal(key, (dim,)) / jnp.sqrt(dim)
+        elif init == "torch":
+            theta = scale * torch_uniform(dim)(key, (dim,))
         else:
             theta = scale * jax.random.bernoulli(key, 0.5, (dim,)).astype(jnp.float32)
         self.theta = nnx.Param(theta)
@@ -33,7 +35,8 @@ def linear_regression(dim: int, *, init: str = "bernoulli", init_scale: float = 
 
     init: "bernoulli" (Bernoulli(0.5)^d times ``init_scale``; the IFCA paper's random
     initialisation, unscaled as in the authors' code when init_scale = 1), "normal"
-    (N(0, init_scale^2 / d) per coordinate) or "zeros".
+    (N(0, init_scale^2 / d) per coordinate), "torch" (PyTorch's ``nn.Linear(d, 1,
+    bias=False)`` default, U(+-1/sqrt(d)) per coordinate, times ``init_scale``) or "zeros".
     """
     if init not in LINEAR_INITS:
         raise ValueError(f"linear init must be one of {LINEAR_INITS}, got {init!r}")

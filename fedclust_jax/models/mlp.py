@@ -7,19 +7,21 @@ from typing import Sequence
 import jax
 from flax import nnx
 
-from fedclust_jax.models.base import Model, from_nnx
+from fedclust_jax.models.base import DENSE_INITS, Model, dense_init_kwargs, from_nnx
 
 
 class MLP(nnx.Module):
     """Dense layers ``layer0 .. layerL`` with ReLU between; inputs are flattened.
 
     Parameters: sum over layers of (d_in + 1) * d_out; 784-200-10 has 159,010.
-    Default initialisation: LeCun normal weights, zero biases (Flax defaults).
+    init: "flax" (LeCun-normal weights, zero biases) or "torch" (PyTorch's nn.Linear
+    default, U(+-1/sqrt(fan_in)) weights and biases); see ``base.dense_init_kwargs``.
     """
 
-    def __init__(self, sizes: Sequence[int], rngs: nnx.Rngs):
+    def __init__(self, sizes: Sequence[int], rngs: nnx.Rngs, init: str = "flax"):
         self.layers = nnx.List(
-            [nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:])])
+            [nnx.Linear(a, b, rngs=rngs, **dense_init_kwargs(init, a))
+             for a, b in zip(sizes[:-1], sizes[1:])])
 
     def __call__(self, x):
         x = x.reshape(x.shape[0], -1)
@@ -30,11 +32,19 @@ class MLP(nnx.Module):
         return x
 
 
-def mlp(sizes: Sequence[int] = (784, 200, 10), *, task: str = "classification") -> Model:
-    """MLP model; the last layer is the head for weight sharing."""
+def mlp(sizes: Sequence[int] = (784, 200, 10), *, task: str = "classification",
+        init: str = "flax") -> Model:
+    """MLP model; the last layer is the head for weight sharing.
+
+    init: "flax" (default; the papers do not specify one) or "torch", the initialisation of
+    the IFCA and SR-FCA authors' PyTorch code (``--model-arg init=torch``);
+    benchmarks/results/ifca_separation.md compares the two on IFCA rotated MNIST.
+    """
     sizes = tuple(int(s) for s in sizes)
     if len(sizes) < 2 or min(sizes) < 1:
         raise ValueError(f"MLP sizes need >= 2 positive entries, got {sizes}")
+    if init not in DENSE_INITS:
+        raise ValueError(f"MLP init must be one of {DENSE_INITS}, got {init!r}")
     name = "mlp" + "-".join(map(str, sizes))
-    return from_nnx(name, lambda rngs: MLP(sizes, rngs), task=task,
+    return from_nnx(name, lambda rngs: MLP(sizes, rngs, init), task=task,
                     head=(f"layers/{len(sizes) - 2}",))

@@ -41,7 +41,9 @@ DEFAULT_MODEL = {"regression": "linear", "classification": "mlp"}
 
 def build_model(name: str | None, data, **params):
     """Model ``name`` (default: linear for regression, MLP 784-200-10-style for
-    classification) sized for ``data``."""
+    classification) sized for ``data``. ``params`` are the builder's keywords, e.g.
+    ``init="torch"`` (PyTorch's nn.Linear initialisation) for "mlp" and "linear"
+    (``--model-arg init=torch``)."""
     if name is None and data.point_cluster is not None:   # points carry clusters: a flow
         name = "real-nvp" if len(data.feature_shape) == 2 else "affine-flow"
     name = name or DEFAULT_MODEL[data.task]

@@ -1,0 +1,463 @@
+"""One accelerator run: GPU tests, round timings, and the GPU-sized tables, under a time budget.
+
+    python benchmarks/device_suite.py --prepare-data --data-dir .data   # once, here
+    python benchmarks/device_suite.py --data-dir .data --out /tmp/suite \
+        --archive $OUT/device_suite.tar.gz                                # on one H100 / H200
+    python benchmarks/device_suite.py --dry-run --data-dir .data --out /tmp/suite  # CPU, toy
+
+Parts, in this order, each with its own time budget (seconds, capped by what is left of
+``--budget``; a part that runs out writes what it has and says so):
+
+  tests         pytest -x on the IFCA, SR-FCA and robust-aggregation equality tests, on the
+                device's backend (subprocess; output in tests.txt)
+  ifca_round    one IFCA option-II round at N = 2400 (MLP 784-200-10, n = 100, tau = 10, K = 4)
+                in float32 and bfloat16 (skipped, with the reason, while no model or IFCA
+                option takes a dtype)
+  ifca_separation  ``benchmarks/ifca_separation.py`` at the authors' m = 2400, n = 100: how
+                often IFCA separates the four rotations within 3 rounds, 20 seeds, Flax's and
+                PyTorch's initialisation (a CPU run of this size takes hours)
+  scale         ``benchmarks/scale.py --full`` (IFCA rounds up to 100k clients), if present
+  robust        ``benchmarks/robust_aggregators.py``: seconds per aggregator and sort method
+  cross_loss    the [N, N] cross-loss matrix (N models on N clients' data) SR-FCA needs
+  ifca_table1   IFCA Table 1, rotated MNIST: (m, n) in (2400, 100), (4800, 50), (1200, 200) x
+                IFCA (K = 4), Global, Local x 5 seeds (one vmapped axis) x 300 rounds,
+                tau = 10 full-batch steps at lr 0.1; the model initialisation is ``--init``
+  ifca_table2   ``benchmarks/ifca_table2.py --full`` (FEMNIST), if present
+  srfca_table4  ``benchmarks/srfca_table4.py --full`` (FEMNIST, Shakespeare), if present
+
+Every part writes ``<out>/<part>.json`` (and ``.md`` or ``.txt`` where it has a table or a
+log); ``<out>/summary.json`` and ``summary.md`` list every part's status (ok, partial,
+skipped, failed), reason and seconds, and the device. Scripts called by the suite take
+``--full`` (device schedule) or ``--dry-run`` (toy size), and ``--out FILE``.
+
+``--dry-run`` runs every part at toy size on the CPU (a few minutes). The data are read from
+``--data-dir`` (mnist/ IDX files; femnist-leaf/ and shakespeare-leaf/ LEAF JSON): a device
+run carries it inside the checkout (``.data/``, git-ignored; ``--prepare-data`` copies it
+from ``--source``, checking it stays under the 64 MiB a run can carry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # subprocesses share the GPU
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+PARTS = ("tests", "ifca_round", "ifca_separation", "scale", "robust", "cross_loss", "ifca_table1", "ifca_table2",
+         "srfca_table4")
+BUDGETS = {"tests": 100, "ifca_round": 45, "ifca_separation": 90, "scale": 60, "robust": 45, "cross_loss": 20,
+           "ifca_table1": 10_000, "ifca_table2": 10_000, "srfca_table4": 10_000}
+TESTS = ["tests/test_ifca.py", "tests/test_srfca.py", "tests/test_robust.py"]
+DRY_TESTS = ["tests/test_robust.py::test_validation"]
+DATA_PARTS = ("mnist", "femnist-leaf", "shakespeare-leaf/train", "shakespeare-leaf/test")
+CARRY_LIMIT = 64 * 2 ** 20
+TABLE1 = ((2400, 100), (4800, 50), (1200, 200))
+PAPER_TABLE1 = {  # IFCA paper Table 1, rotated MNIST, test accuracy %: IFCA, global, local
+    (4800, 50): (94.20, 86.74, 63.32), (2400, 100): (95.05, 88.65, 73.66),
+    (1200, 200): (95.25, 89.73, 80.05)}
+
+
+class Suite:
+    """Runs parts in order under one deadline and records each part's outcome."""
+
+    def __init__(self, args, command: str):
+        self.args, self.command = args, command
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.deadline = time.monotonic() + args.budget
+        self.records: list[dict] = []
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def budget(self, part: str) -> float:
+        return self.left() if self.args.dry_run else min(BUDGETS[part], self.left())
+
+    def write_json(self, name: str, obj) -> None:
+        (self.out / f"{name}.json").write_text(json.dumps(obj, indent=1, default=str))
+
+    def run(self, part: str, fn) -> None:
+        budget = self.budget(part)
+        t0 = time.monotonic()
+        if part not in self.args.parts:
+            rec = dict(status="skipped", reason="not in --parts")
+        elif budget < 5:
+            rec = dict(status="skipped", reason=f"no time left ({budget:.0f} s of --budget)")
+        else:
+            print(f"== {part} (budget {budget:.0f} s)", flush=True)
+            try:
+                rec = fn(budget) or {}
+            except Exception as e:  # a failed part must not stop the others
+                rec = dict(status="failed", reason=f"{type(e).__name__}: {e}")
+        rec = dict(part=part, status=rec.pop("status", "ok"), reason=rec.pop("reason", ""),
+                   seconds=round(time.monotonic() - t0, 1), **rec)
+        self.records.append(rec)
+        print(f"   {rec['status']} {rec['seconds']} s {rec['reason']}", flush=True)
+        self.summary()
+
+    def summary(self) -> None:
+        dev = jax.devices()[0]
+        info = dict(command=self.command, device=f"{dev.platform}: {dev.device_kind}",
+                    jax=jax.__version__, host=platform.machine(), cpus=os.cpu_count(),
+                    dry_run=self.args.dry_run, load=load(), parts=self.records)
+        self.write_json("summary", info)
+        lines = [self.command, "", "# Device suite", "",
+                 f"Device {info['device']}, jax {info['jax']}, {info['cpus']} CPUs; "
+                 f"{'dry run (toy sizes)' if self.args.dry_run else 'full sizes'}; {info['load']}.",
+                 "", "| part | status | seconds | reason |", "|---|---|---|---|"]
+        lines += [f"| {r['part']} | {r['status']} | {r['seconds']} | {r['reason']} |"
+                  for r in self.records]
+        (self.out / "summary.md").write_text("\n".join(lines) + "\n")
+        if self.args.archive:               # after every part, so a killed run keeps its parts
+            import tarfile
+            tmp = Path(str(self.args.archive) + ".tmp")
+            with tarfile.open(tmp, "w:gz") as tar:
+                tar.add(self.out, arcname="device_suite")
+            tmp.replace(self.args.archive)
+
+
+def load() -> str:
+    try:
+        return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "load average unavailable"
+
+
+def block(tree):
+    return jax.tree.map(lambda a: a.block_until_ready() if hasattr(a, "block_until_ready") else a,
+                        tree)
+
+
+def child_env() -> dict:
+    """The environment of the suite's subprocesses: this checkout importable, and JAX free to
+    pick the accelerator (tests/conftest.py defaults JAX_PLATFORMS to cpu only when unset)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if jax.default_backend() != "cpu":
+        env["JAX_PLATFORMS"] = ""
+    return env
+
+
+def subprocess_part(suite: Suite, name: str, cmd: list[str], budget: float, log: str) -> dict:
+    """Runs ``cmd`` in the repository root with a timeout; its output goes to ``log``."""
+    env = child_env()
+    try:
+        res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=budget, env=env)
+        out, rc = res.stdout + res.stderr, res.returncode
+        status = "ok" if rc == 0 else "failed"
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        out += (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        rc, status = None, "partial"
+    (suite.out / log).write_text(" ".join(shlex.quote(c) for c in cmd) + "\n\n" + out)
+    tail = [l for l in out.strip().splitlines() if l.strip()][-1:] or [""]
+    reason = f"timed out after {budget:.0f} s" if rc is None else f"exit {rc}: {' '.join(tail[0].split())[:200]}"
+    return dict(status=status, reason=reason, command=cmd, log=log)
+
+
+# ------------------------------------------------------------------------------ parts
+
+def part_tests(suite: Suite, budget: float) -> dict:
+    files = DRY_TESTS if suite.args.dry_run else TESTS
+    rec = subprocess_part(suite, "tests", [sys.executable, "-m", "pytest", "-x", "-q", "-p",
+                                           "no:cacheprovider", *files], budget, "tests.txt")
+    probe = ("import os; os.environ.setdefault('JAX_PLATFORMS', 'cpu'); import jax; "
+             "print(jax.default_backend())")           # what tests/conftest.py leaves JAX
+    try:
+        rec["backend"] = subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                                        text=True, timeout=60, env=child_env()).stdout.strip()
+    except subprocess.TimeoutExpired:
+        rec["backend"] = "unknown (probe timed out)"
+    rec["reason"] = f"backend {rec['backend']}; " + rec["reason"]
+    suite.write_json("tests", rec)
+    return rec
+
+
+def mlp_dtype_support():
+    """The way to run the MLP / IFCA in bfloat16 at this commit, or None (with the reason)."""
+    import inspect
+    from fedclust_jax.algorithms.ifca import IFCAConfig
+    from fedclust_jax.core.train import LocalTraining
+    from fedclust_jax.models.mlp import mlp
+    import dataclasses
+    if "dtype" in inspect.signature(mlp).parameters:
+        return "model", ""
+    if "dtype" in [f.name for f in dataclasses.fields(IFCAConfig)]:
+        return "ifca", ""
+    if "dtype" in [f.name for f in dataclasses.fields(LocalTraining)]:
+        return "local", ""
+    return None, "no dtype parameter in models.mlp.mlp, IFCAConfig or LocalTraining at this commit"
+
+
+def ifca_round_seconds(n_clients: int, n: int, dtype: str, repeats: int, chunk=None) -> float:
+    """Median seconds of one IFCA option-II round (after a compile round) on random data."""
+    from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
+    from fedclust_jax.core.train import LocalTraining
+    from fedclust_jax.data.federated import FederatedData
+    from fedclust_jax.models.mlp import mlp
+    where, _ = mlp_dtype_support()
+    kw = {"dtype": dtype} if dtype != "float32" else {}
+    model = mlp((784, 200, 10), **(kw if where == "model" else {}))
+    local = LocalTraining(steps=10, lr=0.1, **(kw if where == "local" else {}))
+    alg = IFCA(model, IFCAConfig(num_clusters=4, option="model", local=local, chunk=chunk,
+                                 **(kw if where == "ifca" else {})))
+    kx, ky = jax.random.split(jax.random.key(0))
+    x = jax.random.uniform(kx, (n_clients, n, 784), jnp.bfloat16 if dtype == "bfloat16" else jnp.float32)
+    y = jax.random.randint(ky, (n_clients, n), 0, 10)
+    count = jnp.full((n_clients,), n, jnp.int32)
+    data = FederatedData(x=x, y=y, count=count, x_test=x[:, :1], y_test=y[:, :1],
+                         count_test=jnp.ones_like(count), cluster=jnp.zeros_like(count),
+                         num_classes=10)
+    state = alg.init(jax.random.key(1), data)
+    step = jax.jit(alg.round)
+    state, _ = block(step(state, jax.random.key(2), data))
+    times = []
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        state, _ = block(step(state, jax.random.key(3 + r), data))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def part_ifca_round(suite: Suite, budget: float) -> dict:
+    n_clients, n, repeats = (16, 20, 1) if suite.args.dry_run else (2400, 100, 5)
+    flops = n_clients * n * 2 * (784 * 200 + 200 * 10) * (4 + 3 * 10)
+    rows, reasons = [], []
+    where, why = mlp_dtype_support()
+    for dtype in ("float32", "bfloat16"):
+        if dtype == "bfloat16" and where is None:
+            rows.append(dict(dtype=dtype, status="skipped", reason=why))
+            reasons.append(f"bfloat16 skipped: {why}")
+            continue
+        try:
+            s = ifca_round_seconds(n_clients, n, dtype, repeats)
+        except Exception as e:  # keep the float32 row when the bfloat16 path breaks
+            rows.append(dict(dtype=dtype, status="failed", reason=f"{type(e).__name__}: {e}"[:300]))
+            reasons.append(f"{dtype} failed: {rows[-1]['reason']}")
+            continue
+        rows.append(dict(dtype=dtype, clients=n_clients, seconds=s, tflops=flops / s / 1e12))
+    suite.write_json("ifca_round", rows)
+    md = [suite.command, "", f"IFCA round, N = {n_clients}, n = {n}, tau = 10, K = 4, MLP "
+          f"784-200-10; median of {repeats} rounds after a compile round; {load()}.", "",
+          "| dtype | s / round | TFLOP/s |", "|---|---|---|"]
+    md += [f"| {r['dtype']} | {r.get('seconds', float('nan')):.4f} | {r.get('tflops', float('nan')):.1f} |"
+           if "seconds" in r else f"| {r['dtype']} | skipped: {r['reason']} | |" for r in rows]
+    (suite.out / "ifca_round.md").write_text("\n".join(md) + "\n")
+    return dict(reason="; ".join(reasons), rows=rows)
+
+
+def part_ifca_separation(suite: Suite, budget: float) -> dict:
+    size = (["--clients", "16", "--n", "10", "--seeds", "2", "--rounds", "1", "--seed-batch", "2"]
+            if suite.args.dry_run else
+            ["--clients", "2400", "--n", "100", "--seeds", "20", "--rounds", "3", "--seed-batch", "4"])
+    return subprocess_part(suite, "ifca_separation", [
+        sys.executable, "benchmarks/ifca_separation.py", *size, "--inits", "flax", "torch",
+        "--data-dir", suite.args.data_dir, "--out", str(suite.out / "ifca_separation.md")],
+        budget, "ifca_separation.txt")
+
+
+def part_scale(suite: Suite, budget: float) -> dict:
+    script = ROOT / "benchmarks" / "scale.py"
+    if not script.exists():
+        return dict(status="skipped", reason="benchmarks/scale.py does not exist at this commit")
+    mode = "--dry-run" if suite.args.dry_run else "--full"
+    return subprocess_part(suite, "scale", [sys.executable, str(script), mode, "--out",
+                                            str(suite.out / "scale.md")], budget, "scale.txt")
+
+
+def part_robust(suite: Suite, budget: float) -> dict:
+    size = (["--clients", "40", "--dim", "200", "--repeats", "1"] if suite.args.dry_run
+            else ["--repeats", "2"])
+    return subprocess_part(suite, "robust", [sys.executable, "benchmarks/robust_aggregators.py",
+                                             *size, "--out", str(suite.out / "robust.md")],
+                           budget, "robust.txt")
+
+
+def part_cross_loss(suite: Suite, budget: float) -> dict:
+    from fedclust_jax.core.losses import loss_matrix
+    from fedclust_jax.models.mlp import mlp
+    model = mlp((784, 200, 10))
+    rows = []
+    for n_clients in ((8,) if suite.args.dry_run else (100, 1000)):
+        params = jax.vmap(model.init)(jax.random.split(jax.random.key(0), n_clients))
+        x = jax.random.uniform(jax.random.key(1), (n_clients, 100, 784))
+        y = jax.random.randint(jax.random.key(2), (n_clients, 100), 0, 10)
+        count = jnp.full((n_clients,), 100, jnp.int32)
+        fn = jax.jit(lambda p, x, y, c: loss_matrix(model, p, x, y, c)[0])
+        block(fn(params, x, y, count))
+        t0 = time.perf_counter()
+        block(fn(params, x, y, count))
+        s = time.perf_counter() - t0
+        rows.append(dict(clients=n_clients, seconds=s,
+                         tflops=n_clients ** 2 * 100 * 2 * (784 * 200 + 200 * 10) / s / 1e12))
+    suite.write_json("cross_loss", rows)
+    return dict(rows=rows)
+
+
+def table1_methods(model, m: int, rounds_dry: bool):
+    from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
+    from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
+    from fedclust_jax.algorithms.local import Local, LocalConfig
+    from fedclust_jax.core.train import LocalTraining
+    local = LocalTraining(steps=10, lr=0.1)
+    return {"IFCA": IFCA(model, IFCAConfig(num_clusters=4, option="model", local=local)),
+            "global": FedAvg(model, FedAvgConfig(local=local)),
+            "local": Local(model, LocalConfig(local=local))}
+
+
+def part_ifca_table1(suite: Suite, budget: float) -> dict:
+    """IFCA Table 1 (rotated MNIST); one line of results per (setting, method) as it ends."""
+    from fedclust_jax import metrics
+    from fedclust_jax.data.recipes import ifca_rotated_mnist
+    from fedclust_jax.models.mlp import mlp
+    a = suite.args
+    settings = ((16, 10),) if a.dry_run else TABLE1
+    seeds, rounds, per_chunk = (2, 2, 2) if a.dry_run else (5, 300, 25)
+    model = mlp((784, 200, 10), init=a.init)
+    deadline = time.monotonic() + budget
+    rows, status = [], "ok"
+    md = [suite.command, "", "# IFCA Table 1, rotated MNIST: test accuracy %", "",
+          f"K = 4 rotations, MLP 784-200-10 ({a.init} initialisation), tau = 10 full-batch steps "
+          f"at lr 0.1, full participation, {seeds} seeds (init and round keys; one vmapped axis; "
+          f"one data set per setting, data seed 0), up to {rounds} rounds. IFCA's test "
+          "accuracy scores each test client with the model of lowest loss on its own test "
+          "data (the authors' code); misclustering of the training assignment after the last "
+          "round. Device: " + f"{jax.devices()[0].device_kind}; {load()}.", "",
+          "| m | n | method | rounds | test acc % (mean ± std) | paper | misclustering | seconds |",
+          "|---|---|---|---|---|---|---|---|"]
+    for m, n in settings:
+        if time.monotonic() > deadline - 5:
+            status = "partial"
+            break
+        data = ifca_rotated_mnist(jax.random.key(0), num_clients=m, n=n, data_dir=a.data_dir)
+        for name, alg in table1_methods(model, m, a.dry_run).items():
+            if time.monotonic() > deadline - 5:
+                status = "partial"
+                break
+            t0 = time.monotonic()
+            keys = jax.random.split(jax.random.key(1), seeds)
+            states = jax.jit(jax.vmap(alg.init, in_axes=(0, None)))(keys, data)
+
+            def chunk(states, ts, data, alg=alg):
+                def one(state, key):
+                    return jax.lax.scan(lambda s, t: (alg.round(s, jax.random.fold_in(key, t), data)[0],
+                                                      None), state, ts)[0]
+                return jax.vmap(one)(states, keys)
+
+            run = jax.jit(chunk)
+            done, last = 0, 0.0
+            while done < rounds:
+                step = min(per_chunk, rounds - done)
+                if done and time.monotonic() + last * step / per_chunk > deadline - 5:
+                    status = "partial"
+                    break
+                c0 = time.monotonic()
+                states = block(run(states, jnp.arange(done, done + step), data))
+                last, done = time.monotonic() - c0, done + step
+            ev = jax.jit(jax.vmap(lambda st, d, alg=alg: {k: v for k, v in alg.evaluate(st, d).items()
+                                                          if k in ("test_acc", "assign")},
+                                  in_axes=(0, None)))(states, data)
+            acc = [100 * metrics.client_mean(np.asarray(ev["test_acc"][s]), data.count_test)
+                   for s in range(seeds)]
+            mis = ([metrics.misclustering(np.asarray(ev["assign"][s]), data.cluster)
+                    for s in range(seeds)] if name == "IFCA" else None)
+            paper = PAPER_TABLE1.get((m, n), (None,) * 3)[list(table1_methods(model, m, a.dry_run)).index(name)]
+            row = dict(m=m, n=n, method=name, rounds=done, acc_mean=float(np.mean(acc)),
+                       acc_std=float(np.std(acc)), acc=acc, paper=paper, misclustering=mis,
+                       seconds=round(time.monotonic() - t0, 1))
+            rows.append(row)
+            md.append(f"| {m} | {n} | {name} | {done} | {row['acc_mean']:.2f} ± {row['acc_std']:.2f} "
+                      f"| {paper if paper is not None else '-'} | "
+                      f"{'-' if mis is None else f'{np.mean(mis):.3f}'} | {row['seconds']} |")
+            suite.write_json("ifca_table1", rows)
+            (suite.out / "ifca_table1.md").write_text("\n".join(md) + "\n")
+            if done < rounds:
+                break
+    return dict(status=status, reason="" if status == "ok" else "out of time; rows so far written",
+                rows=len(rows))
+
+
+def part_script(name: str, script: str):
+    def part(suite: Suite, budget: float) -> dict:
+        path = ROOT / "benchmarks" / script
+        if not path.exists():
+            return dict(status="skipped", reason=f"benchmarks/{script} does not exist at this commit")
+        mode = "--dry-run" if suite.args.dry_run else "--full"
+        return subprocess_part(suite, name, [sys.executable, str(path), mode, "--data-dir",
+                                             suite.args.data_dir, "--out",
+                                             str(suite.out / f"{name}.md")], budget, f"{name}.txt")
+    return part
+
+
+# ------------------------------------------------------------------------------ data
+
+def prepare_data(source: Path, dest: Path) -> int:
+    """Copies the suite's data folders from ``source`` to ``dest``; returns the bytes copied."""
+    missing = [p for p in DATA_PARTS if not (source / p).exists()]
+    if missing:
+        raise SystemExit(f"--prepare-data: {missing} not found under {source}; pass --source "
+                         "(the folder holding mnist/, femnist-leaf/, shakespeare-leaf/)")
+    total = sum(f.stat().st_size for p in DATA_PARTS for f in (source / p).rglob("*") if f.is_file())
+    if total > CARRY_LIMIT:
+        raise SystemExit(f"--prepare-data: {total / 2**20:.1f} MiB exceeds the 64 MiB a device "
+                         "run can carry")
+    for p in DATA_PARTS:
+        if (dest / p).exists():
+            shutil.rmtree(dest / p)
+        shutil.copytree(source / p, dest / p)
+    return total
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="device_suite_out", help="folder for every result file")
+    ap.add_argument("--data-dir", default=".data", help="folder with mnist/, femnist-leaf/, "
+                    "shakespeare-leaf/")
+    ap.add_argument("--budget", type=float, default=450.0,
+                    help="seconds for all parts together (default keeps the run under 8 min)")
+    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
+    ap.add_argument("--init", default="torch", choices=["flax", "torch"],
+                    help="MLP initialisation for IFCA Table 1 (torch: the authors' code)")
+    ap.add_argument("--archive", default=None,
+                    help="also write the --out folder as this .tar.gz after every part (a device "
+                         "run brings back at most 8 files: pass $OUT/device_suite.tar.gz)")
+    ap.add_argument("--dry-run", action="store_true", help="every part at toy size (CPU)")
+    ap.add_argument("--prepare-data", action="store_true",
+                    help="copy the data from --source into --data-dir and stop")
+    ap.add_argument("--source", default="../shared/data")
+    args = ap.parse_args(argv)
+    if args.prepare_data:
+        total = prepare_data(Path(args.source), Path(args.data_dir))
+        print(f"copied {total / 2**20:.1f} MiB of {', '.join(DATA_PARTS)} to {args.data_dir}")
+        return
+    if args.dry_run:
+        args.budget = min(args.budget, 280.0)
+    command = "Generated by `python benchmarks/device_suite.py " + shlex.join(
+        sys.argv[1:] if argv is None else argv) + "`."
+    suite = Suite(args, command)
+    print(f"device: {jax.devices()[0]}; budget {args.budget:.0f} s", flush=True)
+    for part, fn in (("tests", part_tests), ("ifca_round", part_ifca_round),
+                     ("ifca_separation", part_ifca_separation),
+                     ("scale", part_scale), ("robust", part_robust),
+                     ("cross_loss", part_cross_loss), ("ifca_table1", part_ifca_table1),
+                     ("ifca_table2", part_script("ifca_table2", "ifca_table2.py")),
+                     ("srfca_table4", part_script("srfca_table4", "srfca_table4.py"))):
+        suite.run(part, lambda budget, fn=fn: fn(suite, budget))
+    print((suite.out / "summary.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
