@@ -7,7 +7,7 @@ local step of the simulator runs inside such loops. Matrix products keep their s
 kh * kw shifted (strided) slices of the padded input, stacked into patches
 [n * H' * W', kh * kw * C] and multiplied by the kernel reshaped to [kh * kw * C, O]. Its
 gradients are slices, pads and matrix products. ``max_pool`` takes the maximum over the
-window's shifted slices, so its gradient is elementwise selects rather than XLA's
+window's shifted slices and routes its gradient with a one-hot product rather than XLA's
 select-and-scatter.
 
 ``conv="auto"`` resolves to "patches" when JAX's default backend is the CPU and to "native"
@@ -15,6 +15,8 @@ elsewhere (accelerators have fast convolutions); the choice is made when a model
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -84,16 +86,46 @@ def patches_conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilat
 def max_pool(x, window, strides, padding="VALID", *, impl: str = "native"):
     """Max pooling of x [n, H, W, C] (padding "VALID" or "SAME", as ``flax.nnx.max_pool``).
 
-    impl "native": ``nnx.max_pool``; "patches": the maximum over the window's shifted
-    slices (same values; elementwise gradient, fast inside XLA CPU loops).
+    impl "native": ``nnx.max_pool``; "patches": the maximum over the window's stacked shifted
+    slices, same values and gradient (to the first maximum of each window, as XLA's
+    select-and-scatter), through a custom VJP that keeps the argmax from the forward pass and
+    scatters with a one-hot product and the transpose of the slicing, so the gradient has no
+    select-and-scatter (slow inside XLA CPU loops). Routing the gradient by comparing values
+    with the maximum (``jnp.max``'s own rule) is not safe here: XLA may recompute the input
+    in another fusion with different rounding, and the comparison then finds no maximum.
     """
     if impl == "native":
         from flax import nnx
         return nnx.max_pool(x, tuple(window), strides=tuple(strides), padding=padding)
-    pads = (lax.padtype_to_pads(x.shape[1:3], tuple(window), tuple(strides), padding)
-            if isinstance(padding, str) else padding)
-    wins = _shifted_windows(x, tuple(window), tuple(strides), pads, -jnp.inf)
-    out = wins[0]
-    for w in wins[1:]:
-        out = jnp.maximum(out, w)
-    return out
+    window, strides = tuple(window), tuple(strides)
+    pads = (lax.padtype_to_pads(x.shape[1:3], window, strides, padding)
+            if isinstance(padding, str) else [tuple(p) for p in padding])
+    return _slice_max_pool(x, window, strides, tuple(map(tuple, pads)), tuple(x.shape))
+
+
+def _stacked_windows(x, window, strides, pads, fill):
+    return jnp.stack(_shifted_windows(x, window, strides, pads, fill))  # [kh * kw, n, H', W', C]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3, 4))
+def _slice_max_pool(x, window, strides, pads, shape):
+    return _stacked_windows(x, window, strides, pads, -jnp.inf).max(axis=0)
+
+
+def _slice_max_pool_fwd(x, window, strides, pads, shape):
+    stacked = _stacked_windows(x, window, strides, pads, -jnp.inf)
+    first = jnp.argmax(stacked, axis=0)  # first maximum of each window
+    return jnp.take_along_axis(stacked, first[None], axis=0)[0], first
+
+
+def _slice_max_pool_bwd(window, strides, pads, shape, first, ct):
+    k = window[0] * window[1]
+    onehot = first[None] == jnp.arange(k, dtype=first.dtype).reshape((k,) + (1,) * first.ndim)
+    spread = jnp.where(onehot, ct[None], jnp.zeros((), ct.dtype))
+    transpose = jax.linear_transpose(
+        lambda a: _stacked_windows(a, window, strides, pads, 0.0),
+        jax.ShapeDtypeStruct(shape, ct.dtype))
+    return transpose(spread)
+
+
+_slice_max_pool.defvjp(_slice_max_pool_fwd, _slice_max_pool_bwd)
