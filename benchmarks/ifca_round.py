@@ -1,16 +1,24 @@
-"""Time one IFCA round (option II): MLP 784-200-10, n=100 examples per client, full batch,
-tau=10 local steps, K=4 cluster models; N clients, full vmap vs chunked lax.map.
+"""Time one IFCA round (option II): MLP 784-200-10, n examples per client, full batch,
+tau=10 local steps, K=4 cluster models; m clients under each client layout.
+
+Layouts (--chunks): "default" (whatever ``IFCAConfig()`` chooses), "auto" (``chunk="auto"``,
+the per-backend choice, where this version has it; otherwise the row says so and is
+skipped), "none" (one vmap over all clients) or a chunk size c (``lax.map`` over chunks of
+c clients). For each size the fastest manual layout (none or a number) is marked, and with
+--evaluate the cost of ``alg.evaluate`` (re-assigning every client on its training data and
+scoring the test split) is timed separately under the default layout.
 
 Prints seconds per round (median of --repeats timed rounds after one compile round) and the
 achieved GFLOP/s, counting 2 * (784*200 + 200*10) FLOPs per example per forward pass, K
 forwards for the loss matrix and 3 forward-equivalents per local step (forward + backward).
 
-    python benchmarks/ifca_round.py --clients 100 1000 --chunks none 50 200
+    python benchmarks/ifca_round.py --sizes 2400:100 4800:50 --chunks default auto none 1 50 200 --evaluate
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
@@ -41,10 +49,15 @@ def make_data(n_clients: int, n: int) -> FederatedData:
                          num_classes=SIZES[-1])
 
 
-def time_round(n_clients: int, chunk, *, n: int, k: int, tau: int, repeats: int) -> float:
-    data = make_data(n_clients, n)
-    alg = IFCA(mlp(SIZES), IFCAConfig(num_clusters=k, option="model", chunk=chunk,
-                                      local=LocalTraining(steps=tau, lr=0.1)))
+def make_alg(chunk, *, k: int, tau: int) -> IFCA:
+    """chunk: "default" (IFCAConfig's own default), "auto", None or an int."""
+    kw = dict(num_clusters=k, option="model", local=LocalTraining(steps=tau, lr=0.1))
+    if chunk != "default":
+        kw["chunk"] = chunk
+    return IFCA(mlp(SIZES), IFCAConfig(**kw))
+
+
+def time_round(alg, data, *, repeats: int) -> float:
     state = alg.init(jax.random.key(1), data)
     step = jax.jit(alg.round)
     state, _ = step(state, jax.random.key(2), data)
@@ -55,32 +68,70 @@ def time_round(n_clients: int, chunk, *, n: int, k: int, tau: int, repeats: int)
         state, _ = step(state, jax.random.key(3 + r), data)
         jax.block_until_ready(state)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(times), state
+
+
+def time_evaluate(alg, state, data) -> float:
+    ev = jax.jit(alg.evaluate)
+    jax.block_until_ready(ev(state, data))
+    t0 = time.perf_counter()
+    jax.block_until_ready(ev(state, data))
+    return time.perf_counter() - t0
+
+
+def parse_chunk(c):
+    return {"none": None, "default": "default", "auto": "auto"}.get(c, c if not c.isdigit() else int(c))
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--clients", type=int, nargs="+", default=[100, 1000])
-    p.add_argument("--chunks", nargs="+", default=["none", "50", "200"],
-                   help="client chunk sizes; 'none' = one vmap over all clients")
+    p.add_argument("--clients", type=int, nargs="+", default=[100, 1000],
+                   help="client counts m, each with --n examples (ignored with --sizes)")
+    p.add_argument("--sizes", nargs="+", default=None, metavar="M:N",
+                   help="m clients with n examples each, e.g. 2400:100 4800:50")
+    p.add_argument("--chunks", nargs="+", default=["default", "auto", "none", "50", "200"],
+                   help="'default', 'auto', 'none' (one vmap) or a chunk size")
     p.add_argument("--n", type=int, default=100)
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--tau", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--evaluate", action="store_true",
+                   help="also time alg.evaluate under the default layout")
     args = p.parse_args()
+    sizes = ([tuple(int(v) for v in s.split(":")) for s in args.sizes] if args.sizes
+             else [(m, args.n) for m in args.clients])
     dev = jax.devices()[0]
     print(f"# jax {jax.__version__}, {dev.platform} {getattr(dev, 'device_kind', '')}, "
-          f"{platform.processor() or platform.machine()}, {jax.device_count()} device(s)")
-    print("| clients N | chunk | s / round | GFLOP / round | GFLOP/s |")
-    print("|---:|---:|---:|---:|---:|")
-    for n_clients in args.clients:
+          f"{platform.processor() or platform.machine()}, {jax.device_count()} device(s); "
+          f"load at start {os.getloadavg()}")
+    print("| clients m | n | chunk | s / round | GFLOP / round | GFLOP/s |")
+    print("|---:|---:|---|---:|---:|---:|", flush=True)
+    for m, n in sizes:
+        data = make_data(m, n)
+        manual = {}
         for c in args.chunks:
-            chunk = None if c == "none" else int(c)
-            if chunk is not None and chunk >= n_clients:
+            chunk = parse_chunk(c)
+            if isinstance(chunk, int) and chunk >= m:
                 continue
-            sec = time_round(n_clients, chunk, n=args.n, k=args.k, tau=args.tau, repeats=args.repeats)
-            gflop = round_flops(n_clients, args.n, args.k, args.tau) / 1e9
-            print(f"| {n_clients} | {c} | {sec:.3f} | {gflop:.1f} | {gflop / sec:.1f} |", flush=True)
+            try:
+                alg = make_alg(chunk, k=args.k, tau=args.tau)
+            except (TypeError, ValueError) as e:
+                print(f"| {m} | {n} | {c} | not available in this version ({e}) | | |", flush=True)
+                continue
+            label = c if c not in ("default", "auto") else f"{c} (= {alg.cfg.chunk!r})"
+            sec, state = time_round(alg, data, repeats=args.repeats)
+            if c not in ("default", "auto"):
+                manual[c] = sec
+            gflop = round_flops(m, n, args.k, args.tau) / 1e9
+            print(f"| {m} | {n} | {label} | {sec:.2f} | {gflop:.1f} | {gflop / sec:.1f} |",
+                  flush=True)
+            if args.evaluate and c == "default":
+                ev = time_evaluate(alg, state, data)
+                print(f"| {m} | {n} | {label}: alg.evaluate | {ev:.2f} | | |", flush=True)
+        if manual:
+            best = min(manual, key=manual.get)
+            print(f"| {m} | {n} | fastest manual: {best} | {manual[best]:.2f} | | |", flush=True)
+    print(f"# load at end {os.getloadavg()}")
 
 
 if __name__ == "__main__":

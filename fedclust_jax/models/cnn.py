@@ -10,6 +10,11 @@
   The paper calls it "2 conv + 2 FC". The code's random 24x24 training crops, flips and
   colour jitter and its 0.004 weight decay on the FC layers are training settings; the
   model always takes the centre crop (the code's test-time behaviour).
+
+``conv``: "native" (``lax.conv_general_dilated`` and ``nnx.max_pool``), "patches" (im2col
+convolution and slice-maximum pooling from ``models.layers``: the same function, with
+gradients that stay fast inside XLA CPU loop bodies) or "auto" (patches on the CPU backend,
+native elsewhere; resolved when the model is built). Parameters are identical either way.
 """
 
 from __future__ import annotations
@@ -20,6 +25,12 @@ import jax
 from flax import nnx
 
 from fedclust_jax.models.base import Model, from_nnx
+from fedclust_jax.models.layers import max_pool, patches_conv, resolve_conv
+
+
+def _conv_kwargs(conv: str) -> dict:
+    """nnx.Conv keyword arguments for a resolved ``conv`` ("native" or "patches")."""
+    return {"conv_general_dilated": patches_conv} if conv == "patches" else {}
 
 
 def _as_images(x, height, width, channels):
@@ -30,18 +41,20 @@ def _as_images(x, height, width, channels):
 class FemnistCNN(nnx.Module):
     """x: [n, 28, 28, 1] (or [n, 784]) -> logits [n, num_classes]."""
 
-    def __init__(self, num_classes: int, rngs: nnx.Rngs, size: int = 28, channels: int = 1):
-        self.size, self.channels = size, channels
-        self.conv1 = nnx.Conv(channels, 32, (5, 5), padding="SAME", rngs=rngs)
-        self.conv2 = nnx.Conv(32, 64, (5, 5), padding="SAME", rngs=rngs)
+    def __init__(self, num_classes: int, rngs: nnx.Rngs, size: int = 28, channels: int = 1,
+                 conv: str = "native"):
+        self.size, self.channels, self.impl = size, channels, resolve_conv(conv)
+        kw = _conv_kwargs(self.impl)
+        self.conv1 = nnx.Conv(channels, 32, (5, 5), padding="SAME", rngs=rngs, **kw)
+        self.conv2 = nnx.Conv(32, 64, (5, 5), padding="SAME", rngs=rngs, **kw)
         flat = (size // 4) * (size // 4) * 64
         self.fc1 = nnx.Linear(flat, 2048, rngs=rngs)
         self.fc2 = nnx.Linear(2048, num_classes, rngs=rngs)
 
     def __call__(self, x):
         x = _as_images(x, self.size, self.size, self.channels)
-        x = nnx.max_pool(jax.nn.relu(self.conv1(x)), (2, 2), strides=(2, 2))
-        x = nnx.max_pool(jax.nn.relu(self.conv2(x)), (2, 2), strides=(2, 2))
+        x = max_pool(jax.nn.relu(self.conv1(x)), (2, 2), (2, 2), impl=self.impl)
+        x = max_pool(jax.nn.relu(self.conv2(x)), (2, 2), (2, 2), impl=self.impl)
         x = jax.nn.relu(self.fc1(x.reshape(x.shape[0], -1)))
         return self.fc2(x)
 
@@ -69,11 +82,13 @@ class CifarCNN(nnx.Module):
     """x: [n, 32, 32, 3] -> logits [n, num_classes]; centre-cropped to ``crop`` (None: none)."""
 
     def __init__(self, num_classes: int, rngs: nnx.Rngs, size: int = 32, channels: int = 3,
-                 crop: int | None = 24):
+                 crop: int | None = 24, conv: str = "native"):
         self.size, self.channels, self.crop = size, channels, crop
+        self.impl = resolve_conv(conv)
         side = crop or size
-        self.conv1 = nnx.Conv(channels, 64, (5, 5), padding="SAME", rngs=rngs)
-        self.conv2 = nnx.Conv(64, 64, (5, 5), padding="SAME", rngs=rngs)
+        kw = _conv_kwargs(self.impl)
+        self.conv1 = nnx.Conv(channels, 64, (5, 5), padding="SAME", rngs=rngs, **kw)
+        self.conv2 = nnx.Conv(64, 64, (5, 5), padding="SAME", rngs=rngs, **kw)
         side = math.ceil(math.ceil(side / 2) / 2)
         self.fc1 = nnx.Linear(side * side * 64, 384, rngs=rngs)
         self.fc2 = nnx.Linear(384, 192, rngs=rngs)
@@ -83,7 +98,7 @@ class CifarCNN(nnx.Module):
         x = _as_images(x, self.size, self.size, self.channels)
         if self.crop:
             x = center_crop(x, self.crop)
-        pool = lambda a: nnx.max_pool(a, (3, 3), strides=(2, 2), padding="SAME")
+        pool = lambda a: max_pool(a, (3, 3), (2, 2), "SAME", impl=self.impl)
         x = local_response_norm(pool(jax.nn.relu(self.conv1(x))))
         x = pool(local_response_norm(jax.nn.relu(self.conv2(x))))
         x = jax.nn.relu(self.fc1(x.reshape(x.shape[0], -1)))
@@ -91,20 +106,25 @@ class CifarCNN(nnx.Module):
         return self.fc3(x)
 
 
-def femnist_cnn(num_classes: int = 62, *, size: int = 28, channels: int = 1) -> Model:
-    """FEMNIST CNN; the last layer (fc2) is the head for IFCA weight sharing."""
+def femnist_cnn(num_classes: int = 62, *, size: int = 28, channels: int = 1,
+                conv: str = "auto") -> Model:
+    """FEMNIST CNN; the last layer (fc2) is the head for IFCA weight sharing.
+    conv: "auto" | "native" | "patches" (module docstring)."""
     if size % 4:
         raise ValueError(f"FEMNIST CNN needs a side divisible by 4, got {size}")
+    impl = resolve_conv(conv)
     return from_nnx(f"femnist-cnn{num_classes}",
-                    lambda rngs: FemnistCNN(num_classes, rngs, size, channels),
+                    lambda rngs: FemnistCNN(num_classes, rngs, size, channels, impl),
                     task="classification", head=("fc2",))
 
 
 def cifar_cnn(num_classes: int = 10, *, size: int = 32, channels: int = 3,
-              crop: int | None = 24) -> Model:
-    """IFCA's CIFAR-10 CNN; the last layer (fc3) is the head."""
+              crop: int | None = 24, conv: str = "auto") -> Model:
+    """IFCA's CIFAR-10 CNN; the last layer (fc3) is the head.
+    conv: "auto" | "native" | "patches" (module docstring)."""
+    impl = resolve_conv(conv)
     return from_nnx(f"cifar-cnn{num_classes}",
-                    lambda rngs: CifarCNN(num_classes, rngs, size, channels, crop),
+                    lambda rngs: CifarCNN(num_classes, rngs, size, channels, crop, impl),
                     task="classification", head=("fc3",))
 
 
@@ -119,13 +139,13 @@ def _image_shape(data, what):
     return shape
 
 
-def femnist_cnn_for(data) -> Model:
+def femnist_cnn_for(data, conv: str = "auto") -> Model:
     """Registry builder: FEMNIST CNN sized for ``data`` (classes, side, channels)."""
     size, _, channels = _image_shape(data, "femnist-cnn")
-    return femnist_cnn(data.num_classes, size=size, channels=channels)
+    return femnist_cnn(data.num_classes, size=size, channels=channels, conv=conv)
 
 
-def cifar_cnn_for(data, crop: int | None = 24) -> Model:
+def cifar_cnn_for(data, crop: int | None = 24, conv: str = "auto") -> Model:
     """Registry builder: IFCA CIFAR CNN sized for ``data``; ``crop``: centre-crop side."""
     size, _, channels = _image_shape(data, "cifar-cnn")
-    return cifar_cnn(data.num_classes, size=size, channels=channels, crop=crop)
+    return cifar_cnn(data.num_classes, size=size, channels=channels, crop=crop, conv=conv)

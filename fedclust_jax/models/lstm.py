@@ -9,6 +9,13 @@ more in all; the function is the same.) Flax's cell: orthogonal recurrent kernel
 normal input kernels, zero biases. On CPU, map clients with ``lax.map`` rather than vmap
 (DESIGN section 10); batched init of orthogonal kernels can stall XLA CPU, so initialise
 stacks with ``lax.map``.
+
+The recurrence stays Flax's fused cell (one input and one recurrent matmul per step inside
+the time scan). Computing every step's input projection as one matmul before the time loop
+gives the same outputs (max difference 5e-8) but was not faster inside the local-step scan
+on a 2-core CPU (10 steps of batch 10: 3.4 s against 1.9 s; batch 64: 10.9 s against 12.9 s,
+under a load average near 10), so it is not used. The LSTM has no convolution, and its
+local steps in the scan were as fast as a host loop of jitted steps within that noise.
 """
 
 from __future__ import annotations

@@ -2,12 +2,25 @@
 
 BatchNorm statistics are a second pytree ``state`` next to ``params`` (DESIGN section 3):
 a ``StatefulModel`` adds ``init_state(key) -> state`` and
-``apply_with_state(params, state, x, *, train) -> (outputs, new_state)``. Both are pure, so
-stacked ``[N, ...]`` params and states of N clients (or K clusters) go through ``vmap`` /
-``lax.map`` and each client keeps its own statistics. ``train=True`` normalises with the
-batch's statistics and returns updated running averages; ``train=False`` normalises with
-the running averages and returns ``state`` unchanged. The plain ``Model.apply(params, x)``
-(what stateless algorithms call) normalises with the batch's statistics and keeps nothing.
+``apply_with_state(params, state, x, *, train, mask=None) -> (outputs, new_state)``. Both
+are pure, so stacked ``[N, ...]`` params and states of N clients (or K clusters) go through
+``vmap`` / ``lax.map`` and each client keeps its own statistics. ``train=True`` normalises
+with the batch's statistics and returns updated running averages; ``train=False``
+normalises with the running averages and returns ``state`` unchanged.
+
+Batch statistics cover only the real rows: ``mask`` bool[n] (the loss mask: padding and the
+wrapped-around repeats of a small client's minibatch are False) selects the rows whose mean
+and variance normalise the batch and update the running averages. The stateless entry
+points that carry a mask (``loss``, ``loss_and_accuracy``, what the algorithms call) use it;
+``apply(params, x)`` and ``example_losses`` treat every row as real. Without a carried state
+they normalise with the batch's statistics and keep nothing.
+
+Carrying the state through training (not done by the algorithms yet): a runner keeps
+``state`` with the same leading axes as ``params`` (K cluster models -> [K, ...]); a local
+step is ``(g, state) = jax.grad(model.loss_with_state, has_aux=True)(p, state, xb, yb, m)``
+and the state after the last step is returned next to the params; the server aggregates the
+states as it aggregates the params (the same weighted cluster mean); ``evaluate`` uses
+``apply_with_state(..., train=False)`` with the cluster's state.
 
 Variants (``variant``):
 - "page" (default; Page 2018): prep conv_bn(3, 64) -> conv_bn(64, 128) + maxpool 2 +
@@ -21,6 +34,8 @@ Variants (``variant``):
 conv_bn = conv (no bias) -> BatchNorm (PyTorch's momentum 0.1, i.e. Flax momentum 0.9,
 eps 1e-5) -> ReLU. ``width`` scales every channel count (64 * width / 64; tests use small
 widths). Parameter counts for 10 classes and width 64 are in ``PARAM_COUNTS``.
+``conv``: "native", "patches" (im2col convolutions and slice-maximum pooling, fast inside XLA
+CPU loop bodies; ``models.layers``) or "auto" (patches on the CPU backend; the default).
 """
 
 from __future__ import annotations
@@ -34,6 +49,7 @@ import optax
 from flax import nnx
 
 from fedclust_jax.models.base import Model
+from fedclust_jax.models.layers import max_pool, patches_conv, resolve_conv
 
 State = Any
 VARIANTS = ("page", "srfca")
@@ -53,17 +69,42 @@ class StatefulModel(Model):
 
     def loss_with_state(self, params, state, x, y, mask, *, train: bool = True):
         """(mean loss over real examples, new state): for ``jax.grad(..., has_aux=True)``.
+        With ``train`` the batch statistics (and the running-average update) cover only the
+        rows where ``mask`` bool[n] is True."""
+        out, new_state = self.apply_with_state(params, state, x, train=train, mask=mask)
+        return self._masked_mean(self._per_example(out, y), mask), new_state
 
-        BatchNorm batch statistics cover every row of ``x`` (padding included) unless the
-        caller passes only real examples; the loss itself is masked.
-        """
-        out, new_state = self.apply_with_state(params, state, x, train=train)
+    def _per_example(self, out, y):
         if self.task == "regression":
-            per = (y - out.reshape(y.shape)) ** 2
-        else:
-            per = optax.softmax_cross_entropy_with_integer_labels(out, y)
+            return (y - out.reshape(y.shape)) ** 2
+        return optax.softmax_cross_entropy_with_integer_labels(out, y)
+
+    @staticmethod
+    def _masked_mean(per, mask):
         w = mask.astype(per.dtype)
-        return (per * w).sum() / jnp.maximum(w.sum(), 1.0), new_state
+        return (per * w).sum() / jnp.maximum(w.sum(), 1.0)
+
+    def loss(self, params, x, y, mask):
+        """Mean loss over the real examples, normalised with the batch statistics of the
+        real rows only (``mask``), no state kept."""
+        out = self.apply_masked(params, x, mask)
+        return self._masked_mean(self._per_example(out, y), mask)
+
+    def loss_and_accuracy(self, params, x, y, mask):
+        """(mean loss, mean accuracy) over the real examples, batch statistics of the real
+        rows only; accuracy is 0 for regression."""
+        out = self.apply_masked(params, x, mask)
+        loss = self._masked_mean(self._per_example(out, y), mask)
+        if self.task == "regression":
+            return loss, jnp.zeros(())
+        correct = (jnp.argmax(out, -1) == y).astype(jnp.float32)
+        return loss, self._masked_mean(correct, mask)
+
+    def apply_masked(self, params, x, mask):
+        """Outputs [n, ...] normalised with the batch statistics of the rows where ``mask``
+        is True (a fresh state; nothing kept)."""
+        state = jax.tree.map(jnp.zeros_like, jax.eval_shape(self.init_state, jax.random.key(0)))
+        return self.apply_with_state(params, state, x, train=True, mask=mask)[0]
 
 
 def from_nnx_stateful(name: str, make: Callable[[nnx.Rngs], nnx.Module], *, task: str,
@@ -94,15 +135,15 @@ def from_nnx_stateful(name: str, make: Callable[[nnx.Rngs], nnx.Module], *, task
         nnx.replace_by_pure_dict(s, state)
         return nnx.merge(graphdef, p, s, copy=True)
 
-    def apply_with_state(params, state, x, *, train: bool):
+    def apply_with_state(params, state, x, *, train: bool, mask=None):
         module = merge(params, state)
-        out = module(x, train=train)
+        out = module(x, train=train, mask=mask)
         return out, nnx.to_pure_dict(nnx.state(module, nnx.BatchStat))
 
     def apply(params, x):
         zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
                              nnx.to_pure_dict(abs_state))
-        return apply_with_state(params, zeros, x, train=True)[0]
+        return apply_with_state(params, zeros, x, train=True)[0]  # every row real
 
     return StatefulModel(name=name, init=init, apply=apply, task=task, head=head,
                          init_state=init_state, apply_with_state=apply_with_state)
@@ -111,80 +152,92 @@ def from_nnx_stateful(name: str, make: Callable[[nnx.Rngs], nnx.Module], *, task
 class ConvBN(nnx.Module):
     """conv (no bias) -> BatchNorm -> ReLU; x [n, H, W, C_in] -> [n, H', W', C_out]."""
 
-    def __init__(self, c_in, c_out, rngs, kernel=3, stride=1, padding="SAME"):
+    def __init__(self, c_in, c_out, rngs, kernel=3, stride=1, padding="SAME", conv="native"):
+        kw = {"conv_general_dilated": patches_conv} if conv == "patches" else {}
         self.conv = nnx.Conv(c_in, c_out, (kernel, kernel), strides=stride, padding=padding,
-                             use_bias=False, rngs=rngs)
+                             use_bias=False, rngs=rngs, **kw)
         self.bn = nnx.BatchNorm(c_out, momentum=0.9, epsilon=1e-5, rngs=rngs)
 
-    def __call__(self, x, train):
-        return jax.nn.relu(self.bn(self.conv(x), use_running_average=not train))
+    def __call__(self, x, train, mask=None):
+        """mask: None (every row real) or bool [n, 1, 1, 1]: the rows of the statistics."""
+        return jax.nn.relu(self.bn(self.conv(x), use_running_average=not train, mask=mask))
 
 
 class Residual(nnx.Module):
     """x + conv_bn(conv_bn(x))."""
 
-    def __init__(self, c, rngs):
-        self.a = ConvBN(c, c, rngs)
-        self.b = ConvBN(c, c, rngs)
+    def __init__(self, c, rngs, conv="native"):
+        self.a = ConvBN(c, c, rngs, conv=conv)
+        self.b = ConvBN(c, c, rngs, conv=conv)
 
-    def __call__(self, x, train):
-        return x + self.b(self.a(x, train), train)
-
-
-def _pool(x):
-    return nnx.max_pool(x, (2, 2), strides=(2, 2))
+    def __call__(self, x, train, mask=None):
+        return x + self.b(self.a(x, train, mask), train, mask)
 
 
 class ResNet9(nnx.Module):
     """x: [n, H, W, C] (32x32x3 for CIFAR-10; any side divisible by 8) -> logits [n, classes]."""
 
     def __init__(self, num_classes: int, rngs: nnx.Rngs, *, variant: str = "page",
-                 width: int = 64, channels: int = 3):
+                 width: int = 64, channels: int = 3, conv: str = "native"):
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
         w = lambda m: max(1, m * width // 64)
-        self.variant = variant
+        self.variant, self.impl = variant, resolve_conv(conv)
+        cb = lambda *a, **k: ConvBN(*a, rngs=rngs, conv=self.impl, **k)
+        res = lambda c: Residual(c, rngs, conv=self.impl)
         if variant == "page":
             self.scale = 0.125
             self.layers = nnx.List([
-                ConvBN(channels, w(64), rngs), ConvBN(w(64), w(128), rngs), "pool",
-                Residual(w(128), rngs), ConvBN(w(128), w(256), rngs), "pool",
-                ConvBN(w(256), w(512), rngs), "pool", Residual(w(512), rngs)])
+                cb(channels, w(64)), cb(w(64), w(128)), "pool",
+                res(w(128)), cb(w(128), w(256)), "pool",
+                cb(w(256), w(512)), "pool", res(w(512))])
             last = w(512)
         else:
             self.scale = 0.2
             self.layers = nnx.List([
-                ConvBN(channels, w(64), rngs), ConvBN(w(64), w(128), rngs, kernel=5, stride=2),
-                Residual(w(128), rngs), ConvBN(w(128), w(256), rngs), "pool",
-                Residual(w(256), rngs), ConvBN(w(256), w(128), rngs, padding="VALID")])
+                cb(channels, w(64)), cb(w(64), w(128), kernel=5, stride=2),
+                res(w(128)), cb(w(128), w(256)), "pool",
+                res(w(256)), cb(w(256), w(128), padding="VALID")])
             last = w(128)
         self.linear = nnx.Linear(last, num_classes, use_bias=False, rngs=rngs)
 
-    def __call__(self, x, train: bool = True):
+    def __call__(self, x, train: bool = True, mask=None):
+        """mask: None or bool [n]: the rows whose batch statistics normalise the batch."""
+        bmask = None
+        if mask is not None:  # no real row (an empty client): every row, so nothing is NaN
+            bmask = jnp.asarray(mask, bool).reshape(-1, 1, 1, 1)
+            bmask = bmask | ~bmask.any()
         for layer in self.layers:
-            x = _pool(x) if isinstance(layer, str) else layer(x, train)
+            if isinstance(layer, str):
+                x = max_pool(x, (2, 2), (2, 2), impl=self.impl)
+            else:
+                x = layer(x, train, bmask)
         x = x.max(axis=(1, 2))
         return self.scale * self.linear(x)
 
 
 def resnet9(num_classes: int = 10, *, variant: str = "page", width: int = 64,
-            channels: int = 3) -> StatefulModel:
-    """ResNet9 as a ``StatefulModel``; the final linear layer is the head."""
+            channels: int = 3, conv: str = "auto") -> StatefulModel:
+    """ResNet9 as a ``StatefulModel``; the final linear layer is the head.
+    conv: "auto" | "native" | "patches" (``models.layers``; auto = patches on CPU)."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     if width < 1:
         raise ValueError(f"width must be >= 1, got {width}")
+    impl = resolve_conv(conv)
     return from_nnx_stateful(f"resnet9-{variant}",
                              lambda rngs: ResNet9(num_classes, rngs, variant=variant,
-                                                  width=width, channels=channels),
+                                                  width=width, channels=channels, conv=impl),
                              task="classification", head=("linear",))
 
 
 
 
-def resnet9_for(data, variant: str = "page", width: int = 64) -> StatefulModel:
+def resnet9_for(data, variant: str = "page", width: int = 64,
+                conv: str = "auto") -> StatefulModel:
     """Registry builder: ResNet9 with ``data``'s classes and channels."""
     shape = tuple(data.feature_shape)
     if len(shape) != 3:
         raise ValueError(f"resnet9 needs images [H, W, C], data has features {shape}")
-    return resnet9(data.num_classes, channels=shape[-1], variant=variant, width=width)
+    return resnet9(data.num_classes, channels=shape[-1], variant=variant, width=width,
+                   conv=conv)
