@@ -15,7 +15,6 @@ Only shapes are traced (``jax.eval_shape``, ``jax.make_jaxpr``); nothing is comp
 from __future__ import annotations
 
 import math
-import os
 
 import jax
 import numpy as np

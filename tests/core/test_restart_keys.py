@@ -2,7 +2,6 @@
 restart key (fold_in(k, 0) and fold_in(k, 1)), never from the restart key itself."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
