@@ -3,8 +3,9 @@
 The runner owns the loop: rounds run inside ``lax.scan`` chunks (one compiled program per
 chunk length), restarts are a ``vmap`` axis over independent initialisations, and progress is
 reported between chunks. Keys: data from ``fold_in(root, 0)``, restart r from
-``split(fold_in(root, 1), R)[r]``, round t from ``fold_in(restart_key, t)``, client i from
-``fold_in(round_key, i)`` inside the algorithms, so results do not depend on chunk sizes.
+``split(fold_in(root, 1), R)[r]``; its init from ``fold_in(restart_key, 0)`` and round t from
+``fold_in(fold_in(restart_key, 1), t)``; client i from ``fold_in(round_key, i)`` inside the
+algorithms, so results do not depend on chunk sizes.
 """
 
 from __future__ import annotations
@@ -85,17 +86,23 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
     (``config`` must match the one it was written with).
     mesh: a ``clients`` mesh (``core.sharding``): per-client state leaves are split over it
     from init on, and every chunk returns them with the same shardings.
+    Keys: restart r's key k_r = split(key, R)[r] seeds its init through fold_in(k_r, 0) and
+    its rounds through fold_in(k_r, 1) (round t: fold_in(fold_in(k_r, 1), t)), so the init
+    and the round keys never share a parent. The round state is donated to each compiled
+    chunk of rounds (its buffers are reused for the next state).
     Returns (final states with leading axis R, per-round metrics dict of [R, rounds] arrays).
     """
     restart_keys = jax.random.split(key, restarts)
+    init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(restart_keys)
+    round_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(restart_keys)
     # -- sharding hook: per-client state split over the mesh (core/sharding.py) --
     init = jax.vmap(alg.init, in_axes=(0, None))
     placed_init, placed = {}, {}  # jit keyword arguments: out_shardings where there is a mesh
     if mesh is not None:
         from fedclust_jax.core.sharding import replicated, state_shardings
-        shardings = state_shardings(jax.eval_shape(init, restart_keys, data), mesh, data.num_clients)
+        shardings = state_shardings(jax.eval_shape(init, init_keys, data), mesh, data.num_clients)
         placed_init, placed = dict(out_shardings=shardings), dict(out_shardings=(shardings, replicated(mesh)))
-    states = jax.jit(init, **placed_init)(restart_keys, data)
+    states = jax.jit(init, **placed_init)(init_keys, data)
     # -- end sharding hook --
     schedule = ChunkSchedule(rounds, rounds_per_chunk)
     done, history = 0, []
@@ -112,13 +119,14 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
             return alg.round(s, jax.random.fold_in(rkey, t), data)
         return jax.lax.scan(body, state, ts)
 
-    chunk = jax.jit(jax.vmap(one_restart, in_axes=(0, 0, None, None)), **placed)
+    chunk = jax.jit(jax.vmap(one_restart, in_axes=(0, 0, None, None)), donate_argnums=(0,),
+                    **placed)
     bar = Progress(alg.name, rounds, progress, start=done)
     merge = lambda hs: {k: np.concatenate([np.asarray(h[k]) for h in hs], axis=1) for k in hs[0]} if hs else {}
     start = done
     while start < rounds:
         stop = schedule.next_stop(start)
-        states, hist = chunk(states, restart_keys, data, jnp.arange(start, stop))
+        states, hist = chunk(states, round_keys, data, jnp.arange(start, stop))
         history.append(hist)
         if checkpoint:
             ckpt.save(checkpoint, states, merge(history), stop, config or {})
@@ -175,20 +183,58 @@ def _flat_cluster_params(params):
     return np.asarray(leaves[0]).reshape(leaves[0].shape[0], -1)
 
 
+def resolve_layout(alg, data, *, restarts: int = 1, devices: int | None = None,
+                   memory_limit: int | None = None):
+    """(algorithm, layout dict): the client layout of ``alg.cfg.chunk`` resolved for this
+    backend (``core.clients.resolve_chunk``; "auto" on an accelerator is one vmap, cut to
+    the largest power-of-two chunk that fits), and the memory pre-check
+    (``core.memory``): ValueError with advice when the estimate exceeds ``memory_limit``
+    (default: the device's free memory; on a CPU, available RAM). The algorithm is rebuilt
+    with the resolved chunk. layout: requested, chunk (None = one vmap), backend, devices,
+    estimated_bytes (by part) and available_bytes."""
+    from fedclust_jax.core import memory
+    from fedclust_jax.core.clients import AUTO, resolve_chunk
+
+    backend, ndev = jax.default_backend(), devices or 1
+    requested = getattr(getattr(alg, "cfg", None), "chunk", None)
+    chunk = resolve_chunk(requested, data.num_clients, backend=backend, devices=ndev)
+    available = memory_limit if memory_limit is not None else memory.available_bytes()
+    try:
+        if requested == AUTO:
+            chunk = memory.fit_chunk(alg, data, restarts=restarts, available=available,
+                                     chunk=chunk)
+        needed = memory.estimate(alg, data, restarts=restarts, chunk=chunk)
+    except Exception:   # an algorithm whose shapes cannot be traced abstractly: no estimate
+        needed = None
+    if needed is not None:
+        memory.check_fits(needed, available)
+    if requested == AUTO and dataclasses.is_dataclass(alg.cfg):
+        alg = type(alg)(alg.model, dataclasses.replace(alg.cfg, chunk=chunk))
+    layout = {"requested": requested, "chunk": chunk, "backend": backend, "devices": ndev,
+              "estimated_bytes": needed, "available_bytes": available}
+    return alg, layout
+
+
 def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
-                   checkpoint: str | None = None, devices: int | None = None) -> dict:
+                   checkpoint: str | None = None, devices: int | None = None,
+                   memory_limit: int | None = None) -> dict:
     """Builds data (unless given), model and algorithm, runs, evaluates. Returns a JSON-able
     dict: config, metrics (of the restart with the lowest training objective), restart
     diagnostics, per-round history and wall time.
 
     checkpoint: .npz path saved after every chunk and resumed from if present.
     devices: split the clients over this many devices (a ``clients`` mesh; None = one).
+    memory_limit: bytes the run may use (default: the device's free memory); the run is
+    refused before compiling when the estimate exceeds it (``resolve_layout``).
+    The result's "layout" records the client layout used and the memory estimate.
     """
     root = jax.random.key(cfg.seed)
     if data is None:
         data = build_dataset(cfg.dataset, jax.random.fold_in(root, 0), **cfg.data)
     model = build_model(cfg.model, data, **cfg.model_args)
     alg = build_algorithm(cfg.algorithm, model, cfg.params, data)
+    alg, layout = resolve_layout(alg, data, restarts=cfg.restarts, devices=devices,
+                                 memory_limit=memory_limit)
     mesh, host_data, to_host = None, data, lambda tree: tree
     if devices is not None and devices > 1:  # -- sharding hook (core/sharding.py) --
         from fedclust_jax.core.sharding import client_mesh, shard_clients, to_host
@@ -220,7 +266,7 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
         "algorithm": cfg.algorithm, "config": cfg.to_dict(), "data": host_data.summary(),
         "metrics": result_metrics, "restarts": restarts_info,
         "history": {k: v[chosen].tolist() for k, v in history.items()},
-        "wall_s": wall,
+        "wall_s": wall, "layout": layout,
     }
 
 

@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedclust_jax.core.losses import loss_matrix
+from fedclust_jax.core.clients import check_chunk as _check_chunk
+from fedclust_jax.core.losses import loss_matrix_ids
 
 
 @struct.dataclass
@@ -35,8 +36,9 @@ class ClusterState:
 
 
 def check_chunk(chunk):
-    if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
-        raise ValueError(f"chunk must be a positive number of clients or None, got {chunk!r}")
+    """chunk: "auto" (the default: layout chosen per backend, ``core.clients.resolve_chunk``),
+    None (one vmap over all clients) or a positive number of clients per chunk."""
+    _check_chunk(chunk)
 
 
 def check_clusters(num_clusters: int, num_clients: int | None = None):
@@ -60,17 +62,17 @@ def client_weights(weighting: str, count: jax.Array) -> jax.Array | None:
     return None if weighting == "equal" else count.astype(jnp.float32)
 
 
-def evaluate_clusters(model, params, assign, data, *, chunk=None, active=None) -> dict:
+def evaluate_clusters(model, params, assign, data, *, chunk="auto", active=None) -> dict:
     """Both evaluation protocols for K cluster models, averaged per client by the caller.
 
     "best" (IFCA): client i is scored with the model of lowest loss on its own test data,
     among the ``active`` clusters (bool[K]; None = all).
     "assigned" (SR-FCA): client i is scored with model assign[i] (NaN where unassigned).
+    Test data is read client by client inside the chunk (``data.test_client``).
     Returns per-client arrays [N]: test_loss, test_acc (best), assigned_test_loss,
     assigned_test_acc, and the [N, K] matrices test_loss_matrix / test_acc_matrix.
     """
-    loss, acc = loss_matrix(model, params, data.x_test, data.y_test, data.count_test,
-                            chunk=chunk)
+    loss, acc = loss_matrix_ids(model, params, data, None, chunk=chunk, test=True)
     rows = jnp.arange(loss.shape[0])
     best = jnp.argmin(loss if active is None else jnp.where(active[None, :], loss, jnp.inf), axis=1)
     safe = jnp.clip(assign, 0, loss.shape[1] - 1)

@@ -16,6 +16,10 @@ Byzantine machines are the last round(byz_frac * m) (``attacks.byzantine_mask``)
 Projection onto the ball of radius ``projection_radius`` (None: none, as the code).
 init="model": the model's own initialisation; "unit_bernoulli": every cluster model a
 Bernoulli(0.5) vector of norm 1 (the authors' code, for linear models).
+
+Memory: the robust rules need every upload at once: O(m*P) gradients (plus the sort's
+working copy) and chunk*(K + P + activations); the data arrays are read in place (all m
+machines participate, nothing is gathered).
 """
 
 from __future__ import annotations
@@ -95,7 +99,7 @@ class BRIFCAConfig(ByzantineSetting):
     clip_iters: int = 1
     gm_iters: int = 10
     method: str = "auto"
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

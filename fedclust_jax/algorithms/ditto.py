@@ -6,6 +6,10 @@ weights); client i also runs ``personal_steps`` steps of
 (the personal objective f_i(v) + (lambda/2) ||v - w||^2; minibatches as ``local``).
 lambda = 1 in the threshold-clustering paper's MNIST table; lambda -> 0 is Local, large
 lambda is FedAvg. Clients are evaluated with their personal models.
+
+Memory: one streamed pass per round (``core.clients.stream_clients``): the global model's
+sum is O(P); the personal models are per-client state, O(N*P) (read and written), plus
+chunk*(P + activations); data read by id, never copied.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ from flax import struct
 from jax import lax
 
 from fedclust_jax.algorithms.base import check_chunk
-from fedclust_jax.core.aggregate import global_mean
-from fedclust_jax.core.clients import map_clients
-from fedclust_jax.core.losses import own_loss
+from fedclust_jax.core.aggregate import mean_from_sums
+from fedclust_jax.core.clients import stream_clients
+from fedclust_jax.core.losses import own_loss_ids
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.train import LocalTraining, client_gradient, local_train
 
@@ -34,7 +38,7 @@ class DittoConfig:
     lam: float = 1.0
     personal_steps: int | None = None
     personal_lr: float | None = None
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
 
     def __post_init__(self):
         if self.lam < 0:
@@ -78,28 +82,36 @@ class Ditto:
                           round=jnp.zeros((), jnp.int32))
 
     def round(self, state, key, data):
+        """One streamed pass: client i trains from w (its delta added into the global sum)
+        and updates its personal model v_i, its data read once by id inside the chunk."""
         cfg, model, n = self.cfg, self.model, data.num_clients
         keys = client_keys(key, jnp.arange(n, dtype=jnp.int32))
         lr = cfg.local.lr_at(state.round)
         p_lr = lr if cfg.personal_lr is None else cfg.personal_lr
         p_steps = cfg.local.steps if cfg.personal_steps is None else cfg.personal_steps
         w = state.global_params
-        trained = map_clients(
-            lambda x, y, c, k: local_train(model, cfg.local, w, x, y, c, k, lr),
-            data.x, data.y, data.count, keys, chunk=cfg.chunk)
-        personal = map_clients(
-            lambda v, x, y, c, k: personal_step(model, cfg.local, cfg.lam, p_lr, p_steps, v, w,
-                                                x, y, c, jax.random.fold_in(k, 1)),
-            state.params, data.x, data.y, data.count, keys, chunk=cfg.chunk)
-        return DittoState(global_params=global_mean(trained), params=personal,
+
+        def client(i, x, y, c, v, k):
+            trained = local_train(model, cfg.local, w, x, y, c, k, lr)
+            delta = jax.tree.map(lambda t, a: t.astype(jnp.float32) - a.astype(jnp.float32),
+                                 trained, w)
+            personal = personal_step(model, cfg.local, cfg.lam, p_lr, p_steps, v, w, x, y, c,
+                                     jax.random.fold_in(k, 1))
+            return jnp.ones((1,), jnp.float32), delta, personal
+
+        sums, totals, personal = stream_clients(client, data, None, state.params, keys,
+                                                num_groups=1, chunk=cfg.chunk)
+        one = jax.tree.map(lambda a: a[None], w)
+        global_params = jax.tree.map(lambda a: a[0], mean_from_sums(one, sums, totals))
+        return DittoState(global_params=global_params, params=personal,
                           round=state.round + 1), {}
 
     def objective(self, state, data):
-        return own_loss(self.model, state.params, data.x, data.y, data.count, chunk=self.cfg.chunk)[0].mean()
+        return own_loss_ids(self.model, state.params, data, None, chunk=self.cfg.chunk)[0].mean()
 
     def evaluate(self, state, data) -> dict:
-        loss, acc = own_loss(self.model, state.params, data.x_test, data.y_test, data.count_test,
-                             chunk=self.cfg.chunk)
+        loss, acc = own_loss_ids(self.model, state.params, data, None, chunk=self.cfg.chunk,
+                                 test=True)
         return dict(test_loss=loss, test_acc=acc, assigned_test_loss=loss, assigned_test_acc=acc,
                     assign=jnp.full((data.num_clients,), -1, jnp.int32),
                     client_params=state.params)

@@ -10,11 +10,11 @@ from flax import struct
 
 from fedclust_jax.algorithms.base import (check_chunk, check_weighting, client_weights,
                                           evaluate_clusters)
-from fedclust_jax.core.aggregate import global_mean
-from fedclust_jax.core.clients import chain_clients, map_clients
-from fedclust_jax.core.losses import own_loss
+from fedclust_jax.core.aggregate import global_mean, mean_from_sums
+from fedclust_jax.core.clients import chain_clients
+from fedclust_jax.core.losses import loss_matrix_ids
 from fedclust_jax.core.participation import num_participants, participants
-from fedclust_jax.core.train import LocalTraining, local_train
+from fedclust_jax.core.train import LocalTraining, cluster_pass, local_train
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +22,7 @@ class FedAvgConfig:
     """local: the clients' local training; participation: fraction of clients per round,
     in (0, 1]; weighting: "equal" mean of the participants' models (as IFCA's global
     baseline) or "samples" (weighted by sample count, McMahan et al.); chunk: clients per
-    vectorized chunk (None = all at once); sequential: the SR-FCA authors' code, where
+    vectorized chunk ("auto": per backend; None: all at once); sequential: the SR-FCA authors' code, where
     the participants train one after another on one shared model, in random order, and
     the server averages their checkpoints (``core.clients.chain_clients``; False = the
     paper's FedAvg, all from the global model)."""
@@ -30,7 +30,7 @@ class FedAvgConfig:
     local: LocalTraining = LocalTraining()
     participation: float = 1.0
     weighting: str = "equal"
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
     sequential: bool = False
 
     def __post_init__(self):
@@ -47,7 +47,10 @@ class GlobalState:
 
 class FedAvg:
     """Each round: M participants train ``local.steps`` steps from the global model, the
-    server averages the results."""
+    server averages the results.
+
+    Memory: streamed (``core.train.cluster_pass`` with K = 1): live O(P + chunk*(P +
+    activations)) plus the data; ``sequential`` holds the M checkpoints, O(M*P)."""
 
     name = "fedavg"
     clusters_clients = False
@@ -59,28 +62,28 @@ class FedAvg:
         return GlobalState(params=self.model.init(key), round=jnp.zeros((), jnp.int32))
 
     def round(self, state: GlobalState, key, data):
-        n = data.num_clients
-        idx, keys = participants(key, n, self.cfg.participation)
-        part = data.take(idx)
-        lr = self.cfg.local.lr_at(state.round)
-        start = jax.tree.map(lambda a: jnp.broadcast_to(a, (len(idx),) + a.shape), state.params)
-        loss, _ = own_loss(self.model, start, part.x, part.y, part.count, chunk=self.cfg.chunk)
-
-        def train(p, x, y, c, k):
-            return local_train(self.model, self.cfg.local, p, x, y, c, k, lr)
-
-        if self.cfg.sequential:
-            trained = chain_clients(train, jax.tree.map(lambda a: a[None], state.params),
-                                    jnp.zeros(len(idx), jnp.int32), part.x, part.y, part.count, keys,
+        cfg, n = self.cfg, data.num_clients
+        idx, keys = participants(key, n, cfg.participation)
+        full = idx.shape[0] == n
+        lr = cfg.local.lr_at(state.round)
+        one = jax.tree.map(lambda a: a[None], state.params)
+        if cfg.sequential:
+            def train(p, i, k):
+                return local_train(self.model, cfg.local, p, *data.train_client(i), k, lr)
+            loss = loss_matrix_ids(self.model, one, data, None if full else idx, chunk=cfg.chunk)[0]
+            trained = chain_clients(train, one, jnp.zeros(len(idx), jnp.int32), idx, keys,
                                     order_key=jax.random.fold_in(key, 2))
+            params = global_mean(trained, weights=client_weights(cfg.weighting, data.count[idx]))
         else:
-            trained = map_clients(train, start, part.x, part.y, part.count, keys, chunk=self.cfg.chunk)
-        params = global_mean(trained, weights=client_weights(self.cfg.weighting, part.count))
+            sums, totals, loss, _ = cluster_pass(self.model, cfg.local, one, data,
+                                                 None if full else idx, keys, lr,
+                                                 weighting=cfg.weighting, chunk=cfg.chunk)
+            params = jax.tree.map(lambda a: a[0], mean_from_sums(one, sums, totals))
         return GlobalState(params=params, round=state.round + 1), dict(train_loss=loss.mean())
 
     def objective(self, state, data):
-        params = jax.tree.map(lambda a: jnp.broadcast_to(a, (data.num_clients,) + a.shape), state.params)
-        return own_loss(self.model, params, data.x, data.y, data.count, chunk=self.cfg.chunk)[0].mean()
+        one = jax.tree.map(lambda a: a[None], state.params)
+        return loss_matrix_ids(self.model, one, data, None, chunk=self.cfg.chunk)[0].mean()
 
     def evaluate(self, state, data) -> dict:
         params = jax.tree.map(lambda a: a[None], state.params)

@@ -11,6 +11,12 @@ Server (paper, and the authors' code):
              (weighting="samples" weights by sample count, as the code's FEMNIST runs).
 An empty cluster keeps its params. With weight sharing the body (all parameter groups not
 in ``model.head``) is averaged over all participants and only the heads per cluster.
+
+Memory: a round is one streamed pass (``core.train.cluster_pass``): every participant's
+data is read once, by id, inside its chunk, to score the K models, train and add into
+per-cluster sums. Live memory O(K*P + chunk*(K + P + activations)) plus the data and the
+assignments int32[N]; no [M, P] array exists. The SR-FCA-code variants (``sequential``,
+``clients_per_cluster``) hold every participant's trained model: O(M*P).
 """
 
 from __future__ import annotations
@@ -22,13 +28,13 @@ import jax.numpy as jnp
 
 from fedclust_jax.algorithms.base import (ClusterState, check_chunk, check_clusters,
                                           check_weighting, client_weights, evaluate_clusters)
-from fedclust_jax.core.aggregate import cluster_mean, combine, membership
+from fedclust_jax.core.aggregate import cluster_mean, mean_from_sums, share_body
 from fedclust_jax.core.clients import chain_clients, map_clients
-from fedclust_jax.core.losses import loss_matrix
+from fedclust_jax.core.losses import loss_matrix, loss_matrix_ids
 from fedclust_jax.core.participation import (client_keys, num_participants, participants,
                                               per_cluster_participants)
 from fedclust_jax.core.pytree import head_mask, take
-from fedclust_jax.core.train import LocalTraining, client_gradient, local_train
+from fedclust_jax.core.train import LocalTraining, cluster_pass, local_train
 
 OPTIONS = ("gradient", "model")
 ASSIGNMENTS = ("loss", "oracle", "fixed")
@@ -56,7 +62,7 @@ class IFCAConfig:
     weighting: str = "equal"
     weight_sharing: bool = False
     assignment: str = "loss"
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
     sequential: bool = False
     clients_per_cluster: int | None = None
 
@@ -118,22 +124,62 @@ class IFCA:
         heads = head_mask(params, self.model.head)
         return jax.tree.map(lambda a, h: a if h else jnp.broadcast_to(a[:1], a.shape), params, heads)
 
+    def _assign_ids(self, params, data, ids):
+        """(assignment int32[M], loss matrix [M, K]) on the training data of clients
+        ``ids`` (None: all N), read by id inside the chunk."""
+        loss, _ = loss_matrix_ids(self.model, params, data, ids, chunk=self.cfg.chunk)
+        return jnp.argmin(loss, axis=1).astype(jnp.int32), loss
+
     def assign(self, params, x, y, count):
-        """(assignment int32[M], loss matrix [M, K]) on the clients' training data."""
+        """(assignment int32[M], loss matrix [M, K]) on the given clients' arrays."""
         loss, _ = loss_matrix(self.model, params, x, y, count, chunk=self.cfg.chunk)
         return jnp.argmin(loss, axis=1).astype(jnp.int32), loss
 
-    def _select(self, state: ClusterState, key, data):
-        """(idx int32[M] participants, their keys, their clusters int32[M] (-1: an empty
-        slot), the new assignment int32[N], loss matrix [M or N, K])."""
+    def round(self, state: ClusterState, key, data):
+        """One round, streamed (``core.train.cluster_pass``): each participant picks its
+        cluster, trains and adds its upload into per-cluster sums inside the client chunk.
+        The sequential and clients_per_cluster variants keep per-participant arrays."""
         cfg, n, k = self.cfg, data.num_clients, self.cfg.num_clusters
+        if cfg.sequential or cfg.clients_per_cluster is not None:
+            return self._round_per_client(state, key, data)
+        ids, keys = participants(key, n, cfg.participation)
+        full = ids.shape[0] == n
+        lr = cfg.local.lr_at(state.round)
+        sums, totals, loss, found = cluster_pass(
+            self.model, cfg.local, state.params, data, None if full else ids, keys, lr,
+            upload=cfg.option, fixed_assign=None if cfg.assignment == "loss" else state.assign,
+            weighting=cfg.weighting, share_body=cfg.weight_sharing, chunk=cfg.chunk)
+        clusters = jax.tree.map(lambda s: s[:k], sums)
+        if cfg.option == "gradient":
+            step = lambda p, g: (p.astype(jnp.float32) - (lr / n) * g).astype(p.dtype)
+            params = jax.tree.map(step, state.params, clusters)
+            if cfg.weight_sharing:
+                body = jax.tree.map(lambda p, s: step(p[0], s[k]), state.params, sums)
+                params = share_body(params, head_mask(state.params, self.model.head), body)
+        else:
+            params = mean_from_sums(state.params, clusters, totals[:k])
+            if cfg.weight_sharing:
+                first = jax.tree.map(lambda p: p[:1], state.params)
+                body = mean_from_sums(first, jax.tree.map(lambda s: s[k:], sums), totals[k:])
+                params = share_body(params, head_mask(state.params, self.model.head),
+                                    jax.tree.map(lambda b: b[0], body))
+        if cfg.assignment != "loss":
+            assign = state.assign
+        else:
+            assign = found if full else state.assign.at[ids].set(found)
+        new = ClusterState(params=params, assign=assign, round=state.round + 1)
+        return new, dict(train_loss=loss.min(axis=1).mean())
+
+    def _select(self, state: ClusterState, key, data):
+        """clients_per_cluster variant: (idx int32[K*S] participants, their keys, their
+        clusters int32[K*S] (-1: an empty slot), the new assignment int32[N], loss [N, K])."""
+        cfg, k = self.cfg, self.cfg.num_clusters
         if cfg.clients_per_cluster is None:
-            idx, keys = participants(key, n, cfg.participation)
-            part = data.take(idx)
-            found, loss = self.assign(state.params, part.x, part.y, part.count)
+            idx, keys = participants(key, data.num_clients, cfg.participation)
+            found, loss = self._assign_ids(state.params, data, idx)
             assign = found if cfg.assignment == "loss" else state.assign[idx]
             return idx, keys, assign, state.assign.at[idx].set(assign), loss
-        found, loss = self.assign(state.params, data.x, data.y, data.count)
+        found, loss = self._assign_ids(state.params, data, None)
         everyone = found if cfg.assignment == "loss" else state.assign
         ids, valid = per_cluster_participants(jax.random.fold_in(key, 3), everyone, k,
                                               cfg.clients_per_cluster)
@@ -141,49 +187,35 @@ class IFCA:
         assign = jnp.where(valid, jnp.arange(k)[:, None], -1).reshape(-1).astype(jnp.int32)
         return idx, client_keys(key, idx), assign, everyone, loss
 
-    def round(self, state: ClusterState, key, data):
-        cfg, n = self.cfg, data.num_clients
+    def _round_per_client(self, state: ClusterState, key, data):
+        """The SR-FCA-code variants (sequential chains, S members per cluster): option II
+        with every participant's trained model held at once ([M, P], M = K*S or the
+        participants), so their live memory is O(M*P); data read by id in the chunk."""
+        cfg = self.cfg
         idx, keys, assign, new_assign, loss = self._select(state, key, data)
-        part = data.take(idx)
-        start = take(state.params, jnp.clip(assign, 0, cfg.num_clusters - 1))
         lr = cfg.local.lr_at(state.round)
-        heads = head_mask(state.params, self.model.head) if cfg.weight_sharing else None
 
-        if cfg.option == "gradient":
-            grads = map_clients(
-                lambda p, x, y, c, k: client_gradient(self.model, cfg.local, p, x, y, c, k),
-                start, part.x, part.y, part.count, keys, chunk=cfg.chunk)
-            per_cluster = combine(membership(assign, cfg.num_clusters), grads)
-            if heads is not None:
-                body = jax.tree.map(lambda g: jnp.broadcast_to(g.sum(0), (cfg.num_clusters,) + g.shape[1:]), grads)
-                per_cluster = jax.tree.map(lambda h, c, b: c if h else b, heads, per_cluster, body)
-            params = jax.tree.map(lambda p, g: p - (lr / n) * g, state.params, per_cluster)
+        def train(p, i, kk):
+            return local_train(self.model, cfg.local, p, *data.train_client(i), kk, lr)
+
+        if cfg.sequential:
+            trained = chain_clients(train, state.params, assign, idx, keys,
+                                    order_key=jax.random.fold_in(key, 2))
         else:
-            def train(p, x, y, c, k):
-                return local_train(self.model, cfg.local, p, x, y, c, k, lr)
-
-            if cfg.sequential:
-                trained = chain_clients(train, state.params, assign, part.x, part.y, part.count, keys,
-                                        order_key=jax.random.fold_in(key, 2))
-            else:
-                trained = map_clients(train, start, part.x, part.y, part.count, keys, chunk=cfg.chunk)
-            w = client_weights(cfg.weighting, part.count)
-            params = cluster_mean(trained, assign, state.params, weights=w)
-            if heads is not None:
-                everyone = cluster_mean(trained, jnp.zeros_like(assign), take(state.params, jnp.zeros((1,), jnp.int32)), weights=w)
-                params = jax.tree.map(
-                    lambda h, c, b: c if h else jnp.broadcast_to(b, c.shape), heads, params, everyone)
-
+            start = take(state.params, jnp.clip(assign, 0, cfg.num_clusters - 1))
+            trained = map_clients(train, start, idx, keys, chunk=cfg.chunk)
+        w = client_weights(cfg.weighting, data.count[idx])
+        params = cluster_mean(trained, assign, state.params, weights=w)
         new = ClusterState(params=params, assign=new_assign, round=state.round + 1)
         return new, dict(train_loss=loss.min(axis=1).mean())
 
     def objective(self, state, data):
         """mean_i min_j F_i(theta_j) on training data: picks a restart without ground truth."""
-        return self.assign(state.params, data.x, data.y, data.count)[1].min(axis=1).mean()
+        return self._assign_ids(state.params, data, None)[1].min(axis=1).mean()
 
     def evaluate(self, state, data) -> dict:
         """Assignments recomputed for every client with the final models on training data."""
-        assign = state.assign if self.cfg.assignment != "loss" else self.assign(
-            state.params, data.x, data.y, data.count)[0]
+        assign = state.assign if self.cfg.assignment != "loss" else self._assign_ids(
+            state.params, data, None)[0]
         return dict(evaluate_clusters(self.model, state.params, assign, data, chunk=self.cfg.chunk),
                     assign=assign, cluster_params=state.params)

@@ -86,7 +86,7 @@ class KNNPer(FedAvg):
             acc = jnp.sum((jnp.argmax(prob, -1) == yt) * mask) / denom
             return loss, acc
 
-        loss, acc = map_clients(client, data.x, data.y, data.count, data.x_test, data.y_test,
-                                data.count_test, chunk=cfg.chunk)
+        loss, acc = map_clients(lambda i: client(*data.train_client(i), *data.test_client(i)),
+                                jnp.arange(data.num_clients, dtype=jnp.int32), chunk=cfg.chunk)
         return dict(test_loss=loss, test_acc=acc, assigned_test_loss=loss, assigned_test_acc=acc,
                     assign=jnp.full((data.num_clients,), -1, jnp.int32))

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from fedclust_jax.algorithms.base import check_chunk
-from fedclust_jax.core.clients import map_clients
-from fedclust_jax.core.losses import own_loss
+from fedclust_jax.core.clients import map_client_data
+from fedclust_jax.core.losses import client_loss_accuracy, own_loss_ids
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.train import LocalTraining, local_train
 
@@ -21,7 +21,7 @@ class LocalConfig:
     R * steps steps); chunk: clients per vectorized chunk."""
 
     local: LocalTraining = LocalTraining()
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
 
     def __post_init__(self):
         check_chunk(self.chunk)
@@ -35,7 +35,10 @@ class LocalState:
 
 class Local:
     """All clients start from one common initialisation and never communicate. Each client
-    is evaluated with its own model on its own test split."""
+    is evaluated with its own model on its own test split.
+
+    Memory: the N per-client models are the state, O(N*P) (twice during a round: read
+    and written), plus chunk*(P + activations); data read by id, never copied."""
 
     name = "local"
     clusters_clients = False
@@ -49,20 +52,24 @@ class Local:
         return LocalState(params=params, round=jnp.zeros((), jnp.int32))
 
     def round(self, state: LocalState, key, data):
+        """One pass over the clients: the loss before training and the trained model of
+        each, its data read by id inside the chunk."""
         keys = client_keys(key, jnp.arange(data.num_clients))
         lr = self.cfg.local.lr_at(state.round)
-        loss, _ = own_loss(self.model, state.params, data.x, data.y, data.count, chunk=self.cfg.chunk)
-        params = map_clients(
-            lambda p, x, y, c, k: local_train(self.model, self.cfg.local, p, x, y, c, k, lr),
-            state.params, data.x, data.y, data.count, keys, chunk=self.cfg.chunk)
+
+        def client(i, x, y, c, p, k):
+            loss = client_loss_accuracy(self.model, p, x, y, c)[0]
+            return loss, local_train(self.model, self.cfg.local, p, x, y, c, k, lr)
+
+        loss, params = map_client_data(client, data, None, state.params, keys, chunk=self.cfg.chunk)
         return LocalState(params=params, round=state.round + 1), dict(train_loss=loss.mean())
 
     def objective(self, state, data):
-        return own_loss(self.model, state.params, data.x, data.y, data.count, chunk=self.cfg.chunk)[0].mean()
+        return own_loss_ids(self.model, state.params, data, None, chunk=self.cfg.chunk)[0].mean()
 
     def evaluate(self, state, data) -> dict:
-        loss, acc = own_loss(self.model, state.params, data.x_test, data.y_test,
-                             data.count_test, chunk=self.cfg.chunk)
+        loss, acc = own_loss_ids(self.model, state.params, data, None, chunk=self.cfg.chunk,
+                                 test=True)
         assign = jnp.arange(data.num_clients, dtype=jnp.int32)
         return dict(test_loss=loss, test_acc=acc, assigned_test_loss=loss,
                     assigned_test_acc=acc, assign=assign, cluster_params=state.params)

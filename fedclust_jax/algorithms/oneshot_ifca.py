@@ -6,6 +6,10 @@ Each round is an IFCA round (model averaging, option II) over the active cluster
 participant joins the active model of lowest training loss, trains ``local.steps`` steps
 from it, and each cluster's model becomes the mean of its participants' models (an empty
 cluster keeps its model). Clusters live on a static ``k_max`` axis with an ``active`` mask.
+
+Memory: ``init`` (ONE_SHOT) holds the N local models and the [N, N] distances; rounds are
+streamed (``core.train.cluster_pass``): O(K_max*P + chunk*(K_max + P + activations)) plus
+the data.
 """
 
 from __future__ import annotations
@@ -17,13 +21,11 @@ import jax.numpy as jnp
 from flax import struct
 
 from fedclust_jax.algorithms.base import check_chunk, evaluate_clusters
-from fedclust_jax.core.aggregate import cluster_mean
-from fedclust_jax.core.clients import map_clients
-from fedclust_jax.core.losses import loss_matrix
+from fedclust_jax.core.aggregate import cluster_mean, mean_from_sums
+from fedclust_jax.core.losses import loss_matrix_ids
 from fedclust_jax.core.oneshot import check_graph_options, one_shot, replace_steps
 from fedclust_jax.core.participation import num_participants, participants
-from fedclust_jax.core.pytree import take
-from fedclust_jax.core.train import LocalTraining, local_train
+from fedclust_jax.core.train import LocalTraining, cluster_pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +43,7 @@ class OneShotIFCAConfig:
     k_max: int | None = None
     participation: float = 1.0
     local: LocalTraining = LocalTraining()
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
 
     def __post_init__(self):
         check_graph_options(lam=self.lam, lam_quantile=self.lam_quantile, t=self.t,
@@ -84,31 +86,35 @@ class OneShotIFCA:
         return OneShotIFCAState(params=params, active=active, assign=res.labels,
                                 round=jnp.zeros((), jnp.int32))
 
-    def assign(self, state, x, y, count):
-        """(assignment int32[M] among active clusters, masked loss matrix [M, K_max])."""
-        loss, _ = loss_matrix(self.model, state.params, x, y, count, chunk=self.cfg.chunk)
+    def assign(self, state, data, ids=None):
+        """(assignment int32[M] among active clusters, masked loss matrix [M, K_max]) on the
+        training data of clients ``ids`` (None: all N), read by id."""
+        loss, _ = loss_matrix_ids(self.model, state.params, data, ids, chunk=self.cfg.chunk)
         loss = jnp.where(state.active[None, :], loss, jnp.inf)
         return jnp.argmin(loss, axis=1).astype(jnp.int32), loss
 
     def round(self, state, key, data):
-        cfg = self.cfg
-        idx, keys = participants(key, data.num_clients, cfg.participation)
-        part = data.take(idx)
-        assign, loss = self.assign(state, part.x, part.y, part.count)
+        """One streamed IFCA option-II pass (``core.train.cluster_pass``) over the active
+        clusters."""
+        cfg, n = self.cfg, data.num_clients
+        idx, keys = participants(key, n, cfg.participation)
+        full = idx.shape[0] == n
         lr = cfg.local.lr_at(state.round)
-        trained = map_clients(
-            lambda p, x, y, c, k: local_train(self.model, cfg.local, p, x, y, c, k, lr),
-            take(state.params, assign), part.x, part.y, part.count, keys, chunk=cfg.chunk)
-        params = cluster_mean(trained, assign, state.params)
-        new = state.replace(params=params, assign=state.assign.at[idx].set(assign),
+        sums, totals, loss, assign = cluster_pass(self.model, cfg.local, state.params, data,
+                                                  None if full else idx, keys, lr,
+                                                  active=state.active, chunk=cfg.chunk)
+        loss = jnp.where(state.active[None, :], loss, jnp.inf)
+        params = mean_from_sums(state.params, sums, totals)
+        new = state.replace(params=params,
+                            assign=assign if full else state.assign.at[idx].set(assign),
                             round=state.round + 1)
         return new, dict(train_loss=loss.min(axis=1).mean(), num_clusters=state.active.sum())
 
     def objective(self, state, data):
-        return self.assign(state, data.x, data.y, data.count)[1].min(axis=1).mean()
+        return self.assign(state, data)[1].min(axis=1).mean()
 
     def evaluate(self, state, data) -> dict:
-        assign, _ = self.assign(state, data.x, data.y, data.count)
+        assign, _ = self.assign(state, data)
         ev = evaluate_clusters(self.model, state.params, assign, data, chunk=self.cfg.chunk)
         loss = jnp.where(state.active[None, :], ev["test_loss_matrix"], jnp.inf)
         best = jnp.argmin(loss, axis=1)

@@ -6,7 +6,11 @@
 3. per found cluster, FedAvg with that clustering frozen, started from the cluster's mean
    local model.
 
-Assignment errors are never corrected (the drawback the paper names). The authors' FEMNIST
+Assignment errors are never corrected (the drawback the paper names).
+
+Memory: ``init`` holds the N local models for k-means, O(N*P) (data read by id); the
+per-cluster FedAvg rounds are streamed IFCA rounds (fixed assignment): O(K*P +
+chunk*(P + activations)) plus the data. The authors' FEMNIST
 code fits liblinear logistic regression in step 1; here step 1 uses the task's own model.
 """
 
@@ -20,7 +24,7 @@ import jax.numpy as jnp
 from fedclust_jax.algorithms.base import check_chunk, check_clusters, check_weighting
 from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
 from fedclust_jax.core.aggregate import cluster_mean
-from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.clients import map_client_data
 from fedclust_jax.core.kmeans import kmeans
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked
@@ -40,7 +44,7 @@ class OneShotConfig:
     local: LocalTraining = LocalTraining()
     participation: float = 1.0
     weighting: str = "equal"
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
 
     def __post_init__(self):
         check_clusters(self.num_clusters)
@@ -71,9 +75,9 @@ class OneShotKMeans:
         erm = LocalTraining(steps=self.cfg.erm_steps, lr=self.cfg.erm_lr)
         start = self.model.init(k_init)
         n = data.num_clients
-        local = map_clients(
-            lambda x, y, c, k: local_train(self.model, erm, start, x, y, c, k, erm.lr),
-            data.x, data.y, data.count, client_keys(k_erm, jnp.arange(n)), chunk=self.cfg.chunk)
+        local = map_client_data(
+            lambda i, x, y, c, k: local_train(self.model, erm, start, x, y, c, k, erm.lr),
+            data, None, client_keys(k_erm, jnp.arange(n)), chunk=self.cfg.chunk)
         _, labels, _ = kmeans(k_means, flatten_stacked(local), self.cfg.num_clusters,
                               iters=self.cfg.kmeans_iters)
         previous = jax.tree.map(lambda a: jnp.broadcast_to(a, (self.cfg.num_clusters,) + a.shape), start)

@@ -45,3 +45,29 @@ def global_mean(values, *, weights: jax.Array | None = None):
     m = jax.tree.leaves(values)[0].shape[0]
     w = jnp.ones((m,), jnp.float32) if weights is None else weights.astype(jnp.float32)
     return jax.tree.map(lambda v: v[0], combine((w / w.sum())[None, :], values))
+
+
+def _rows_like(mask, a):
+    return mask.reshape((-1,) + (1,) * (a.ndim - 1))
+
+
+def mean_from_sums(previous, sums, totals):
+    """Per-cluster weighted means from streamed sums of deltas.
+
+    previous: pytree [K, ...]; sums: [K, ...] float32, sum_i w_i (v_i - previous[j_i]) over
+    the members of each cluster; totals: float32[K], sum of their weights. Returns
+    previous + sums / totals, and previous where a cluster has no weight (an empty cluster
+    keeps its params). Equals ``cluster_mean`` of the v_i (up to float rounding).
+    """
+    has = totals > 0
+    scale = jnp.where(has, 1.0 / jnp.where(has, totals, 1.0), 0.0)
+    return jax.tree.map(
+        lambda p, s: (p.astype(jnp.float32) + s * _rows_like(scale, s)).astype(p.dtype),
+        previous, sums)
+
+
+def share_body(params, heads, body):
+    """Cluster params [K, ...] whose non-head leaves are replaced by ``body`` [...] (one
+    model's worth, broadcast over K); ``heads``: pytree of bools (``pytree.head_mask``)."""
+    return jax.tree.map(lambda h, p, b: p if h else jnp.broadcast_to(b.astype(p.dtype), p.shape),
+                        heads, params, body)

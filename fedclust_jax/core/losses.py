@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax
 
-from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.clients import map_client_data, map_clients
 from fedclust_jax.data.federated import example_mask
 
 
@@ -13,7 +13,7 @@ def client_loss_accuracy(model, params, x, y, count):
     return model.loss_and_accuracy(params, x, y, example_mask(count, x.shape[0]))
 
 
-def loss_matrix(model, stacked_params, x, y, count, *, chunk: int | None = None):
+def loss_matrix(model, stacked_params, x, y, count, *, chunk=None):
     """Loss and accuracy of each of K models on each of N clients.
 
     stacked_params: params with leading axis K; x [N, n_max, ...], y [N, n_max], count [N].
@@ -26,7 +26,23 @@ def loss_matrix(model, stacked_params, x, y, count, *, chunk: int | None = None)
     return map_clients(per_client, x, y, count, chunk=chunk)
 
 
-def own_loss(model, params, x, y, count, *, chunk: int | None = None):
+def own_loss(model, params, x, y, count, *, chunk=None):
     """(loss [N], accuracy [N]) of client i's own model params[i] on its own data."""
     return map_clients(lambda p, xi, yi, ci: client_loss_accuracy(model, p, xi, yi, ci),
                        params, x, y, count, chunk=chunk)
+
+
+def loss_matrix_ids(model, stacked_params, data, ids, *, chunk=None, test: bool = False):
+    """``loss_matrix`` on clients ``ids`` (int32[M], None = all N) of ``data``, each
+    client's training (or, with ``test``, test) data read by id inside the chunk, so no
+    array of the participants' data is gathered. Returns (loss [M, K], accuracy [M, K])."""
+    def per_client(i, xi, yi, ci):
+        return jax.vmap(lambda p: client_loss_accuracy(model, p, xi, yi, ci))(stacked_params)
+    return map_client_data(per_client, data, ids, chunk=chunk, test=test)
+
+
+def own_loss_ids(model, params, data, ids, *, chunk=None, test: bool = False):
+    """(loss [M], accuracy [M]) of client i's own model params[m] (leading axis M, aligned
+    with ``ids``; None = all N) on its own training (or test) data, read by id."""
+    return map_client_data(lambda i, xi, yi, ci, p: client_loss_accuracy(model, p, xi, yi, ci),
+                           data, ids, params, chunk=chunk, test=test)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
+from fedclust_jax.core.clients import stream_clients
 from fedclust_jax.data.federated import example_mask
 
 OPTIMIZERS = ("sgd", "adam")
@@ -119,3 +120,56 @@ def client_gradient(model, cfg: LocalTraining, params, x, y, count, key):
         return jax.grad(lambda p: training_loss(model, cfg, p, x, y, example_mask(count, n_max)))(params)
     idx, m = minibatch(shuffled_order(key, count, n_max), 0, count, cfg.batch_size)
     return jax.grad(lambda p: training_loss(model, cfg, p, x[idx], y[idx], m))(params)
+
+
+UPLOADS = ("model", "gradient")
+
+
+def cluster_pass(model, cfg: LocalTraining, params, data, ids, keys, lr, *, upload: str = "model",
+                 fixed_assign=None, active=None, weighting: str = "equal",
+                 share_body: bool = False, chunk=None):
+    """One streamed pass of an IFCA-style round: each participant is assigned, trains and
+    adds its upload into per-cluster sums, reading its training data once, inside the chunk.
+
+    params: [K, ...] cluster models theta_j; data: ``FederatedData``; ids: int32[M]
+    participants, or None for all N clients (read in place); keys: [M] client keys; lr: step.
+    Client i: loss F_i(theta_j) of every model on its training data ([K]); cluster
+    j_i = argmin over the ``active`` (bool[K], None = all) models, ties to the lowest index,
+    or ``fixed_assign[i]`` (int32[N], -1 = none) when given; from theta_{j_i}
+    (theta_0 when j_i = -1) it uploads upload="model": theta_i - theta_{j_i} after
+    ``cfg.steps`` local steps (a delta, so sums stay small), or upload="gradient": its
+    gradient (``client_gradient``). Weight w_i: 1, or count_i for weighting="samples" (model
+    uploads only). Rows: one-hot(j_i) * w_i, plus a last row w_i for every participant when
+    ``share_body`` (the weight-shared body's sum over all participants).
+
+    Returns (sums [G, ...] float32, totals float32[G], loss [M, K], assign int32[M]),
+    G = K (+1 with share_body). Live memory O(G*P + chunk*(P + activations)).
+    """
+    if upload not in UPLOADS:
+        raise ValueError(f"upload must be one of {UPLOADS}, got {upload!r}")
+    k = jax.tree.leaves(params)[0].shape[0]
+
+    def client(i, x, y, count, key):
+        mask = example_mask(count, x.shape[0])
+        loss = jax.vmap(lambda p: model.loss_and_accuracy(p, x, y, mask)[0])(params)
+        if fixed_assign is None:
+            scored = loss if active is None else jnp.where(active, loss, jnp.inf)
+            j = jnp.argmin(scored).astype(jnp.int32)
+        else:
+            j = fixed_assign[i].astype(jnp.int32)
+        start = jax.tree.map(lambda a: a[jnp.clip(j, 0, k - 1)], params)
+        if upload == "gradient":
+            value, w = client_gradient(model, cfg, start, x, y, count, key), jnp.float32(1)
+        else:
+            trained = local_train(model, cfg, start, x, y, count, key, lr)
+            value = jax.tree.map(lambda t, s: t.astype(jnp.float32) - s.astype(jnp.float32),
+                                 trained, start)
+            w = count.astype(jnp.float32) if weighting == "samples" else jnp.float32(1)
+        rows = jax.nn.one_hot(j, k, dtype=jnp.float32) * w
+        if share_body:
+            rows = jnp.concatenate([rows, w[None]])
+        return rows, value, (loss, j)
+
+    sums, totals, (loss, assign) = stream_clients(client, data, ids, keys,
+                                                  num_groups=k + int(share_body), chunk=chunk)
+    return sums, totals, loss, assign

@@ -1,0 +1,119 @@
+"""A memory pre-check from shapes: the biggest live arrays of a run, against what the
+device (on a CPU: the machine's available RAM) has, before anything is compiled.
+
+Estimate (bytes; R restarts, P parameters, M participants, layout chunk c):
+  data        every array of the ``FederatedData`` pytree, stored once
+  state       2 x R x the algorithm state (the round's input and output; donation lets XLA
+              reuse the input, the factor 2 keeps a margin)
+  chunk work  R x c x (3 P + one client's data + activations), c = M for one vmap;
+              activations = 2 x every intermediate of one forward pass (from its jaxpr)
+  per-client  R x M x P x 4 bytes x factor for rules that keep per-client vectors
+              (``alg.client_vectors``: 1 for BR-IFCA's gradients, ...)
+Only shapes are traced (``jax.eval_shape``, ``jax.make_jaxpr``); nothing is compiled.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+
+ADVICE = ("pass a smaller --chunk (clients per chunk), fewer --restarts, --dtype bfloat16, "
+          "or a view recipe (one shared example pool)")
+
+
+def tree_bytes(tree) -> int:
+    return int(sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize
+                   for a in jax.tree.leaves(tree) if hasattr(a, "shape")))
+
+
+def available_bytes(device=None) -> int | None:
+    """Free memory of ``device`` (default: the first): accelerators, ``memory_stats()``
+    bytes_limit - bytes_in_use; CPU: psutil's available RAM if installed, else
+    MemAvailable from /proc/meminfo; None when unknown."""
+    device = device or jax.devices()[0]
+    if device.platform != "cpu":
+        stats = getattr(device, "memory_stats", lambda: None)() or {}
+        if "bytes_limit" in stats:
+            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+        return None
+    try:
+        import psutil
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def activation_bytes(model, params, x_one) -> int:
+    """2 x the bytes of every intermediate of one forward pass on one client's x (forward
+    and backward), from the jaxpr's shapes."""
+    jaxpr = jax.make_jaxpr(model.apply)(params, x_one)
+    total = 0
+
+    def walk(jp):
+        nonlocal total
+        for eqn in jp.eqns:
+            for v in eqn.outvars:
+                aval = getattr(v, "aval", None)
+                if aval is not None and hasattr(aval, "shape"):
+                    total += math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (list, tuple)) else (value,):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+    walk(jaxpr.jaxpr)
+    return 2 * total
+
+
+def estimate(alg, data, *, restarts: int = 1, chunk=None) -> dict:
+    """Bytes of the biggest live arrays of a run of ``alg`` on ``data`` (see module
+    docstring). chunk: the resolved layout (None = one vmap over all participants)."""
+    model = alg.model
+    params = jax.eval_shape(model.init, jax.random.key(0))
+    p_bytes = tree_bytes(params)
+    n = data.num_clients
+    participation = getattr(alg.cfg, "participation", 1.0)
+    m = max(1, int(math.floor(participation * n + 0.5)))
+    one = jax.eval_shape(lambda d: d.train_client(0), data)    # never materialises views
+    x_one = jax.ShapeDtypeStruct(one[0].shape, one[0].dtype)
+    client = 3 * p_bytes + tree_bytes(one) + activation_bytes(model, params, x_one)
+    state = tree_bytes(jax.eval_shape(alg.init, jax.random.key(0), data))
+    width = m if chunk is None else min(chunk, m)
+    out = {"data": tree_bytes(data), "state": 2 * restarts * state,
+           "chunk_work": restarts * width * client,
+           "client_vectors": restarts * n * p_bytes * getattr(alg, "client_vectors", 0)}
+    out["total"] = sum(out.values())
+    return out
+
+
+def check_fits(needed: dict, available: int | None):
+    """Raises ValueError (one line of advice) when ``needed["total"]`` exceeds ``available``."""
+    if available is None or needed["total"] <= available:
+        return
+    gb = lambda b: f"{b / 2**30:.2f} GB"
+    parts = ", ".join(f"{k} {gb(v)}" for k, v in needed.items() if k != "total" and v)
+    raise ValueError(f"this run needs about {gb(needed['total'])} ({parts}) but only "
+                     f"{gb(available)} is available; {ADVICE}")
+
+
+def fit_chunk(alg, data, *, restarts: int, available: int | None, chunk=None):
+    """The layout to use: ``chunk`` unless it is None (one vmap) and that does not fit in
+    ``available``; then the largest power-of-two chunk that fits (at least 1)."""
+    if chunk is not None or available is None:
+        return chunk
+    if estimate(alg, data, restarts=restarts, chunk=None)["total"] <= available:
+        return None
+    c = 1 << max(0, data.num_clients.bit_length() - 1)
+    while c > 1 and estimate(alg, data, restarts=restarts, chunk=c)["total"] > available:
+        c //= 2
+    return c
