@@ -91,8 +91,10 @@ def max_pool(x, window, strides, padding="VALID", *, impl: str = "native"):
     select-and-scatter), through a custom VJP that keeps the argmax from the forward pass and
     scatters with a one-hot product and the transpose of the slicing, so the gradient has no
     select-and-scatter (slow inside XLA CPU loops). Routing the gradient by comparing values
-    with the maximum (``jnp.max``'s own rule) is not safe here: XLA may recompute the input
-    in another fusion with different rounding, and the comparison then finds no maximum.
+    with the maximum (``jnp.max``'s own rule) gave wrong ResNet9 gradients on XLA CPU when
+    two gradients were compiled into one program (each alone was right); a likely cause is
+    the input recomputed in another fusion with different rounding, so that the comparison
+    finds no maximum. Keeping the argmax avoids comparing values at all.
     """
     if impl == "native":
         from flax import nnx
