@@ -189,7 +189,7 @@ def add_common(p: argparse.ArgumentParser):
     g.add_argument("--batch-size", type=CliText, help="minibatch size (default: the dataset's; none = full batch)")
     g.add_argument("--participation", type=CliText, help="fraction of clients per round, in (0, 1]")
     g.add_argument("--option", choices=["gradient", "model"], help="IFCA option I (gradient) or II (model averaging)")
-    g.add_argument("--chunk", type=CliText, help="clients per vectorized chunk (bounds memory; default all)")
+    g.add_argument("--chunk", type=CliText, help="client layout: auto (default: chosen per backend), none (one vmap) or clients per chunk (bounds memory)")
     g.add_argument("--set", action="append", metavar="[ALG.]KEY=VALUE", help="any algorithm parameter (repeatable); ALG. limits it to one algorithm")
     g = p.add_argument_group("execution")
     g.add_argument("--checkpoint", help="checkpoint file (.npz) written after every chunk of rounds and "

@@ -46,7 +46,7 @@ def _short(v) -> str:
 
 def format_settings(results: list[dict]) -> str:
     """One block per result: the algorithm's effective settings (every parameter, defaults
-    included), its rounds and restarts, and the model."""
+    included), its rounds and restarts, the model and the client layout used."""
     lines = []
     for r in results:
         eff = r.get("effective", {})
@@ -58,6 +58,11 @@ def format_settings(results: list[dict]) -> str:
         model_args = r["config"].get("model_args") or {}
         if model_args:
             head += " " + " ".join(f"{k}={_short(v)}" for k, v in model_args.items())
+        layout = r.get("layout")
+        if layout:
+            chunk = layout.get("chunk")
+            head += (f" layout={'one vmap' if chunk is None else f'chunks of {chunk}'}"
+                     f" ({layout.get('requested')!s} on {layout.get('backend')})")
         lines.append(head)
         lines.append("    " + " ".join(f"{k}={_short(v)}" for k, v in params.items()))
     return "\n".join(lines)

@@ -47,7 +47,7 @@ class CFLConfig:
     target_clusters: int | None = None
     k_max: int = 8
     local: LocalTraining = LocalTraining()
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
 
     def __post_init__(self):
         if not (self.eps1 >= 0 and self.eps2 >= 0):

@@ -102,7 +102,7 @@ class ClusterGANConfig:
     optimizer: str = "sgd"
     noise_loss: str = "sum"
     gp_mix: str = "per_sample"
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
     eval_batch: int = 1024
     width: int = 64
     fc_width: int = 1024

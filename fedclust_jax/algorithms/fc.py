@@ -71,7 +71,7 @@ class FCConfig(ByzantineSetting):
     tc_method: str = "gram"
     num_groups: int = 1
     same_init: bool = True
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
 
     def __post_init__(self):
         check_tc_config(self)

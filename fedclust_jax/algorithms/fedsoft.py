@@ -35,7 +35,7 @@ class FedSoftConfig:
     sigma: float = 0.05
     clients_per_cluster: int = 10
     local: LocalTraining = LocalTraining()
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

@@ -33,7 +33,7 @@ class KFedConfig:
     local_k: int | None = None
     iters: int = 50
     restarts: int = 10
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

@@ -31,7 +31,7 @@ class LocalKMeansConfig:
     kmeans_iters: int = 50
     n_init: int = 4
     local: LocalTraining = LocalTraining()
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

@@ -44,7 +44,7 @@ class MCConfig(ByzantineSetting):
     radius_quantile: float | None = 0.2
     tc_method: str = "points"
     same_init: bool = True
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

@@ -28,7 +28,7 @@ class MyopicConfig(ByzantineSetting):
     local: LocalTraining = LocalTraining(steps=1, lr=0.1)
     kmeans_iters: int = 20
     same_init: bool = True
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

@@ -108,7 +108,7 @@ class SRFCAConfig:
     drop_small: bool | None = None
     k_max: int | None = None
     local: LocalTraining = LocalTraining()
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
 
     def resolved(self) -> "SRFCAConfig":
         """This config with every variant-controlled field that is None set by ``variant``."""

@@ -100,7 +100,7 @@ class ThreeStageConfig(ByzantineSetting):
     kmeans_restarts: int = 1
     trim_frac: float = 0.05
     local: LocalTraining = LocalTraining(steps=1, lr=0.01)
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

@@ -88,7 +88,7 @@ class UIFCAConfig:
     init_assign: str = "models"
     model_init: str = "warm"
     assign_with: str = "new"
-    chunk: int | None = None
+    chunk: int | str | None = "auto"
     standardize: bool = False
 
     def __post_init__(self):

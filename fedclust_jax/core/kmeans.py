@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from flax import struct
 from jax import lax
 
-from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.clients import check_chunk, map_clients
 
 from fedclust_jax.core.pairwise import sq_distances
 from fedclust_jax.data.federated import example_mask
@@ -92,7 +92,7 @@ def best_kmeans(key, points, k: int, *, iters: int, restarts: int, weights=None)
 
 
 def kfed(key, x: jax.Array, count: jax.Array, num_clusters: int, *, local_k: int | None = None,
-         iters: int = 50, restarts: int = 10, chunk: int | None = None) -> KFedResult:
+         iters: int = 50, restarts: int = 10, chunk: int | str | None = None) -> KFedResult:
     """k-FED on points x [N, n_max, ...] with count int[N] real points per client.
 
     num_clusters: K (server); local_k: k' centres per client (default K); restarts:
@@ -101,8 +101,7 @@ def kfed(key, x: jax.Array, count: jax.Array, num_clusters: int, *, local_k: int
     for name, v in (("num_clusters", num_clusters), ("local_k", local_k)):
         if v is not None and (not isinstance(v, int) or v < 1):
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
-        raise ValueError(f"chunk must be a positive number of clients or None, got {chunk!r}")
+    check_chunk(chunk)
     local_k = num_clusters if local_k is None else local_k
     if iters < 1 or restarts < 1:
         raise ValueError(f"iters and restarts must be >= 1, got {iters}, {restarts}")

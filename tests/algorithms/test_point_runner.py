@@ -67,7 +67,7 @@ def test_kfed_through_the_cli_finds_separated_gaussians(capsys):
                      "num_clients=4", "--data", "points_per_client=30", "--data", "dim=4",
                      "--clusters", "4", "--rounds", "1", "--no-progress"])
     assert code == 0
-    row = [l for l in capsys.readouterr().out.splitlines() if l.startswith("kfed")][0]
+    row = [l for l in capsys.readouterr().out.splitlines() if l.split()[:1] == ["kfed"]][0]
     assert row.split()[1:3] == ["1.0000", "0.0000"]                  # purity, misclustering
 
 
