@@ -180,7 +180,7 @@ def combine(args):
         with open(args.notes_file) as f:
             lines += [f.read().strip(), ""]
     lines += ["| panel | k | m | n | R | sigma | trials | inits | gammas | rounds | success | "
-              "median min dist | trials succeeded by round (median) | s | uptime before |",
+              "median min dist | median round of first success | s | uptime before |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         firsts = [f for f in r["first_success_round"] if f is not None]
