@@ -16,7 +16,7 @@ Parts, in this order, each with its own time budget (seconds, capped by what is 
   ifca_separation  ``benchmarks/ifca_separation.py`` at the authors' m = 2400, n = 100: how
                 often IFCA separates the four rotations within 3 rounds, 20 seeds, Flax's and
                 PyTorch's initialisation (a CPU run of this size takes hours)
-  scale         ``benchmarks/scale.py --full`` (IFCA rounds up to 100k clients), if present
+  scale         ``benchmarks/scale.py`` full mode (IFCA rounds up to 100k / 1M clients)
   robust        ``benchmarks/robust_aggregators.py``: seconds per aggregator and sort method
   cross_loss    the [N, N] cross-loss matrix (N models on N clients' data) SR-FCA needs
   ifca_table1   IFCA Table 1, rotated MNIST: (m, n) in (2400, 100), (4800, 50), (1200, 200) x
@@ -61,8 +61,9 @@ PARTS = ("tests", "ifca_round", "ifca_separation", "scale", "robust", "cross_los
          "srfca_table4")
 BUDGETS = {"tests": 100, "ifca_round": 45, "ifca_separation": 90, "scale": 60, "robust": 45, "cross_loss": 20,
            "ifca_table1": 10_000, "ifca_table2": 10_000, "srfca_table4": 10_000}
-TESTS = ["tests/test_ifca.py", "tests/test_srfca.py", "tests/test_robust.py"]
-DRY_TESTS = ["tests/test_robust.py::test_validation"]
+TESTS = ["tests/algorithms/test_ifca.py", "tests/algorithms/test_srfca.py", "tests/core/test_robust.py",
+         "tests/core/test_streaming.py"]
+DRY_TESTS = ["tests/core/test_robust.py::test_validation"]
 DATA_PARTS = ("mnist", "femnist-leaf", "shakespeare-leaf/train", "shakespeare-leaf/test")
 CARRY_LIMIT = 64 * 2 ** 20
 TABLE1 = ((2400, 100), (4800, 50), (1200, 200))
@@ -273,9 +274,13 @@ def part_scale(suite: Suite, budget: float) -> dict:
     script = ROOT / "benchmarks" / "scale.py"
     if not script.exists():
         return dict(status="skipped", reason="benchmarks/scale.py does not exist at this commit")
-    mode = "--dry-run" if suite.args.dry_run else "--full"
-    return subprocess_part(suite, "scale", [sys.executable, str(script), mode, "--out",
-                                            str(suite.out / "scale.md")], budget, "scale.txt")
+    # full mode: softmax and MLP on MNIST views up to 100k clients, the linear model to 1M;
+    # dry run: the quick set's smallest configuration (softmax, 1k clients, one timed round)
+    size = (["--quick", "--max-clients", "1000", "--rounds", "1"] if suite.args.dry_run else [])
+    return subprocess_part(suite, "scale", [
+        sys.executable, str(script), *size, "--data-dir", suite.args.data_dir,
+        "--markdown", str(suite.out / "scale.md"), "--json", str(suite.out / "scale.json")],
+        budget, "scale.txt")
 
 
 def part_robust(suite: Suite, budget: float) -> dict:

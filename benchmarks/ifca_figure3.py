@@ -81,12 +81,15 @@ def trial_dists(data_keys, init_keys, *, k, m, n, d, R, sigma, gamma, rounds, re
         data = mixed_linear_regression(dkey, num_clients=m, num_clusters=k, samples_per_client=n,
                                        test_samples_per_client=1, dim=d, noise_std=sigma,
                                        separation=R, scaling=scaling)
-        states = jax.vmap(alg.init, in_axes=(0, None))(ikeys, data)
+        # as experiment.run_rounds: init from fold_in(k_r, 0), round t from fold_in(fold_in(k_r, 1), t)
+        states = jax.vmap(alg.init, in_axes=(0, None))(
+            jax.vmap(lambda kr: jax.random.fold_in(kr, 0))(ikeys), data)
+        round_keys = jax.vmap(lambda kr: jax.random.fold_in(kr, 1))(ikeys)
         step = jax.vmap(lambda s, rk, t: alg.round(s, jax.random.fold_in(rk, t), data)[0],
                         in_axes=(0, 0, None))
 
         def block(s, t0):
-            s = jax.lax.fori_loop(0, record, lambda i, s: step(s, ikeys, t0 + i), s)
+            s = jax.lax.fori_loop(0, record, lambda i, s: step(s, round_keys, t0 + i), s)
             dist = jax.vmap(lambda p: hungarian_dist(p["theta"], data.true_params))(s.params)
             return s, dist
 

@@ -152,7 +152,7 @@ DATASET_DEFAULTS: dict[str, dict] = {
     },
     "threshold-blobs": {
         "unsupported": "it is the threshold-clustering paper's point set (Fig. 4, one point per "
-                       "client); use fedclust_jax.core.robust.threshold_clustering on it",
+                       "client); use fedclust_jax.core.threshold_clustering.threshold_clustering on it",
     },
     "uifca-gaussian": {
         "model": None, "model_args": {}, "data": {}, "rounds": 20,

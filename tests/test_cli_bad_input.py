@@ -71,7 +71,7 @@ def test_run_rejects_bad_values(argv, words, capsys, no_compute):
 
 @pytest.mark.parametrize("argv, words", [
     (["--dataset", "nope"], ["unknown dataset 'nope'"]),
-    (["--dataset", "uifca-gaussian"], ["uifca-gaussian", "run_uifca"]),
+    (["--dataset", "threshold-blobs"], ["threshold-blobs", "threshold_clustering"]),
     (["--preset", "rotated-digits", "--dataset", "femnist"], ["--preset", "femnist"]),
     (["--algorithms", ","], ["--algorithms"]),
     (["--option", "III"], ["invalid choice"]),

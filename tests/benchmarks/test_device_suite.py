@@ -11,7 +11,7 @@ import numpy as np
 
 from fedclust_jax.data.sources import write_idx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_mnist(root: Path) -> None:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-_PATH = pathlib.Path(__file__).parents[1] / "benchmarks" / "threshold_table1.py"
+_PATH = pathlib.Path(__file__).parents[2] / "benchmarks" / "threshold_table1.py"
 _spec = importlib.util.spec_from_file_location("threshold_table1", _PATH)
 table1 = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(table1)
