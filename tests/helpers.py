@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fedclust_jax.data.federated import FederatedData
 from fedclust_jax.data.synthetic import gaussian_mixture_classification, mixed_linear_regression
@@ -33,3 +34,18 @@ def orthogonal_design(theta_star, clients_per_cluster):
     count = jnp.full((n,), d, jnp.int32)
     return FederatedData(x=xs, y=ys, count=count, x_test=xs, y_test=ys, count_test=count,
                          cluster=cluster, true_params=theta_star, task="regression")
+
+
+def ragged_classification(num_clients=10):
+    """Concept-shift mixture (2 clusters, 3 classes) with ragged counts: 4..12 real examples."""
+    data = gaussian_mixture_classification(jax.random.key(0), num_clients=num_clients,
+                                           num_clusters=2, samples_per_client=12,
+                                           test_samples_per_client=4, dim=6, num_classes=3)
+    counts = 4 + (jnp.arange(num_clients) * 5) % 9
+    return data.replace(count=counts.astype(jnp.int32))
+
+
+def assert_trees_close(a, b, tol=1e-6):
+    """Every leaf of two pytrees equal within ``tol`` (absolute and relative)."""
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)

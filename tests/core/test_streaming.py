@@ -22,22 +22,14 @@ from fedclust_jax.core.pytree import head_mask, take
 from fedclust_jax.core.train import LocalTraining, client_gradient, local_train
 from fedclust_jax.data.synthetic import gaussian_mixture_classification
 from fedclust_jax.models.mlp import mlp
+from helpers import assert_trees_close, ragged_classification
 
 CHUNKS = (None, 1, 3, 64)      # the primitive and one IFCA case: every layout
 ALG_CHUNKS = (3,)              # the other cases: one padded scan
 
 
-def small_data(num_clients=10):
-    data = gaussian_mixture_classification(jax.random.key(0), num_clients=num_clients,
-                                           num_clusters=2, samples_per_client=12,
-                                           test_samples_per_client=4, dim=6, num_classes=3)
-    counts = 4 + (jnp.arange(num_clients) * 5) % 9        # ragged: 4..12 real examples
-    return data.replace(count=counts.astype(jnp.int32))
-
-
-def close(a, b, tol=1e-6):
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=tol, atol=tol)
+small_data = ragged_classification
+close = assert_trees_close
 
 
 # ---- the materialised rounds (reference) -------------------------------------------------
