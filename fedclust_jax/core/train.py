@@ -11,9 +11,7 @@ from jax import lax
 
 from fedclust_jax.core.clients import stream_clients
 from fedclust_jax.data.federated import example_mask
-
-OPTIMIZERS = ("sgd", "adam")
-
+from fedclust_jax.core.optim import check_optimizer, make_optimizer
 
 @dataclasses.dataclass(frozen=True)
 class LocalTraining:
@@ -43,8 +41,7 @@ class LocalTraining:
             raise ValueError(f"learning rate must be > 0, got {self.lr!r}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 or None (full batch), got {self.batch_size}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        check_optimizer(self.optimizer)
         if not 0 <= self.momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
         if self.weight_decay < 0:
@@ -57,9 +54,7 @@ class LocalTraining:
         return self.lr * jnp.asarray(self.lr_decay, jnp.float32) ** round_index
 
     def optimizer_for(self, lr) -> optax.GradientTransformation:
-        if self.optimizer == "adam":
-            return optax.adam(lr)
-        return optax.sgd(lr, momentum=self.momentum or None)
+        return make_optimizer(self.optimizer, lr, momentum=self.momentum)
 
 
 def training_loss(model, cfg: LocalTraining, params, x, y, mask):
