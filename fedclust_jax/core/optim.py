@@ -15,8 +15,9 @@ def check_optimizer(name: str):
 def make_optimizer(name: str, lr, *, momentum: float = 0.0, b1: float = 0.9,
                    b2: float = 0.999) -> optax.GradientTransformation:
     """"sgd" (heavy-ball ``momentum`` when > 0) or "adam" (``b1``, ``b2``; optax defaults
-    0.9, 0.999) with step size ``lr`` (a float or a traced scalar)."""
+    0.9, 0.999) with step size ``lr`` (a float or a traced scalar); ``momentum`` may be traced."""
     check_optimizer(name)
     if name == "adam":
         return optax.adam(lr, b1=b1, b2=b2)
-    return optax.sgd(lr, momentum=momentum or None)
+    plain = isinstance(momentum, (int, float)) and momentum == 0
+    return optax.sgd(lr, momentum=None if plain else momentum)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +35,8 @@ class LocalTraining:
     weight_decay: float = 0.0
     lr_decay: float = 1.0
 
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("lr", "lr_decay", "momentum", "weight_decay")
+
     def __post_init__(self):
         if not isinstance(self.steps, int) or self.steps < 1:
             raise ValueError(f"local steps must be an integer >= 1, got {self.steps!r}")
@@ -57,9 +60,14 @@ class LocalTraining:
         return make_optimizer(self.optimizer, lr, momentum=self.momentum)
 
 
+def is_static_zero(value) -> bool:
+    """True for a Python number equal to 0 (a traced hyperparameter is never skipped)."""
+    return isinstance(value, (int, float)) and value == 0
+
+
 def training_loss(model, cfg: LocalTraining, params, x, y, mask):
     loss = model.loss(params, x, y, mask)
-    if cfg.weight_decay:
+    if not is_static_zero(cfg.weight_decay):
         loss = loss + 0.5 * cfg.weight_decay * sum(
             jnp.sum(a ** 2) for a in jax.tree.leaves(params))
     return loss
