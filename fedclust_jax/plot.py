@@ -221,6 +221,19 @@ def _point_label(params: dict, keys: list[str]) -> str:
     return ", ".join(f"{k}={_fmt(params.get(k))}" for k in keys if params.get(k) is not None)
 
 
+def _group_label(key: tuple, by: list[str]) -> str:
+    """'ifca (ifca.lr=0.1)' for the group key (algorithm, *values of by)."""
+    point = _point_label(dict(zip(by, key[1:])), by)
+    return key[0] + (f" ({point})" if point else "")
+
+
+def _colors(records: list[dict], by: list[str]) -> dict:
+    """label -> matplotlib colour, fixed by the groups' first appearance in all records, so
+    a group keeps its colour in every panel."""
+    keys = dict.fromkeys((r["algorithm"],) + tuple(r["params"].get(k) for k in by) for r in records)
+    return {_group_label(k, by): f"C{i % 10}" for i, k in enumerate(keys)}
+
+
 def _fmt(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
@@ -254,8 +267,7 @@ def mean_curves(records: list[dict], metric: str, by: list[str] | None = None):
             continue
         with np.errstate(invalid="ignore"), _quiet():
             mean, std = np.nanmean(vals, 0), np.nanstd(vals, 0)
-        label = key[0] + (f" ({_point_label(dict(zip(by, key[1:])), by)})"
-                          if any(v is not None for v in key[1:]) else "")
+        label = _group_label(key, by)
         out.append((label, rounds, mean, std, len(recs)))
     return out
 
@@ -275,8 +287,7 @@ def mean_finals(records: list[dict], param: str, metric: str, by: list[str] | No
     for key, per_x in groups.items():
         xs = sorted(per_x, key=_sort_key)
         ys = [np.array(per_x[x]) for x in xs]
-        label = key[0] + (f" ({_point_label(dict(zip(by, key[1:])), by)})"
-                          if any(v is not None for v in key[1:]) else "")
+        label = _group_label(key, by)
         out.append((label, xs, np.array([y.mean() for y in ys]), np.array([y.std() for y in ys]),
                     [len(y) for y in ys]))
     return out
@@ -343,8 +354,10 @@ def plot_curves(results, metric: str, ax=None, by: list[str] | None = None):
     if metric not in CURVE_METRICS:
         raise ValueError(f"unknown curve metric {metric!r}; known: {', '.join(CURVE_METRICS)}")
     ax = _axes(ax)
+    by = swept_params(records) if by is None else by
+    colors = _colors(records, by)
     for label, rounds, mean, std, seeds in mean_curves(records, metric, by):
-        plot_band(ax, rounds, mean, std if seeds > 1 else None,
+        plot_band(ax, rounds, mean, std if seeds > 1 else None, color=colors[label],
                   label=label + (f", {seeds} seeds" if seeds > 1 else ""),
                   marker="o" if len(rounds) <= 12 else None, markersize=3)
     from matplotlib.ticker import MaxNLocator
@@ -362,13 +375,15 @@ def plot_sweep(rows, param: str, metric: str, ax=None, by: list[str] | None = No
     >= 2 decades, evenly spaced categories when they are not all numbers. Returns the Axes."""
     records = _records(rows)
     ax = _axes(ax)
+    by = [k for k in swept_params(records) if k != param] if by is None else by
+    colors = _colors(records, by)
     lines = mean_finals(records, param, metric, by)
     allx = sorted({x for _, xs, *_ in lines for x in xs}, key=_sort_key)
     numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in allx)
     pos = {x: (x if numeric else i) for i, x in enumerate(allx)}
     for label, xs, mean, std, seeds in lines:
         plot_band(ax, [pos[x] for x in xs], mean, std if max(seeds) > 1 else None,
-                  label=label, marker="o", markersize=4)
+                  label=label, color=colors[label], marker="o", markersize=4)
     if numeric:
         log_x_if_wide(ax, allx)
     else:
@@ -421,6 +436,7 @@ def figure(kind: str, records: list[dict], metric: str | None = None, x: str | N
     ncols = min(3, len(panels))
     nrows = -(-len(panels) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.5 * nrows), squeeze=False)
+    shown: set = set()  # curve panels repeat the labels of the first one: one legend for them
     for ax, (what, name) in zip(axes.flat, panels):
         if what == "curve":
             plot_curves(records, name, ax=ax)
@@ -428,8 +444,10 @@ def figure(kind: str, records: list[dict], metric: str | None = None, x: str | N
         else:
             plot_sweep(records, name, final, ax=ax)
             ax.set_title(f"final {FINAL_METRICS.get(final, final)} vs {name}")
-        if ax.get_legend_handles_labels()[0]:
+        labels = set(ax.get_legend_handles_labels()[1])
+        if labels and (what == "sweep" or not labels <= shown):
             ax.legend(fontsize=7)
+            shown |= labels if what == "curve" else set()
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     if title is None:

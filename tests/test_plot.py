@@ -112,6 +112,7 @@ def test_handwritten_run_files_one_panel_per_curve_metric(tmp_path):
     assert list(p) == ["test accuracy", "test loss", "training loss", "misclustering", "ARI",
                        "non-empty clusters"]
     assert len(p["test accuracy"].lines) == 2 and len(p["ARI"].lines) == 1  # fedavg's ari null
+    assert p["ARI"].lines[0].get_color() == p["test accuracy"].lines[1].get_color()  # ifca's
     np.testing.assert_allclose(p["test accuracy"].lines[0].get_ydata(), [0.6, 0.7, 0.8])
     np.testing.assert_allclose(p["non-empty clusters"].lines[0].get_ydata(), [2, 1, 2])
     band = p["test accuracy"].collections[0].get_paths()[0].vertices[:, 1]
