@@ -206,3 +206,30 @@ def test_missing_matplotlib_gives_the_pip_command(tmp_path, capsys, monkeypatch)
     assert main(["plot", str(good), "-o", str(tmp_path / "f.png")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "pip install 'fedclust_jax[plot]'" in err
+
+
+def test_paper_figures_read_their_committed_results(tmp_path):
+    """brifca_figure1.py --figure and threshold_figure4.py --from-md read the committed
+    tables (values checked against the .md) and draw a PNG."""
+    import os
+    import sys
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+    sys.path.insert(0, bench)
+    try:
+        import brifca_figure1 as br
+        import threshold_figure4 as th
+    finally:
+        sys.path.remove(bench)
+    table = br.read_table(os.path.join(bench, "results", "brifca_figure1.md"))
+    assert len(table) == 12 and all(len(cells) == 5 for cells in table.values())
+    assert table[(5, 200, 20)]["IFCA-FedAvg"] == (0.628, 0.015)
+    assert table[(15, 600, 500)][br.THREE_STAGE_R] == (0.583, 0.009)
+    near = br.read_near_truth(os.path.join(bench, "results", "brifca_figure1_per_trial.jsonl"))
+    assert len(near) == 10 and round(near[(5, 200, 20, "BR-IFCA median")][0], 3) == 0.040
+    br.draw_figure(table, near, str(tmp_path / "br.png"))
+    curves = th.read_tables(os.path.join(bench, "results", "threshold_figure4.md"))
+    assert list(curves) == ["blob-point", "offset", "data-points", "box"]
+    ls, f, l5 = curves["offset"][0.5]
+    assert ls[:4] == [0, 1, 2, 5] and f[0] == 9.975 and f[-1] == 0.605 and l5 == 38
+    th.draw_figure(curves, str(tmp_path / "th.png"), "test")
+    assert is_png(tmp_path / "br.png") and is_png(tmp_path / "th.png")
