@@ -24,6 +24,7 @@ import csv
 import json
 import math
 import os
+import warnings
 from collections import defaultdict
 
 import numpy as np
@@ -254,7 +255,8 @@ def mean_curves(records: list[dict], metric: str, by: list[str] | None = None):
             groups[key].append(r)
     out = []
     for key, recs in groups.items():
-        rkey = "train_loss_round" if metric == "train_loss" and "train_loss_round" in recs[0]["curves"] else "round"
+        rkey = ("train_loss_round" if metric == "train_loss" and "train_loss_round" in recs[0]["curves"]
+                else "round")
         common = set(recs[0]["curves"].get(rkey, []))
         for r in recs[1:]:
             common &= set(r["curves"].get(rkey, []))
@@ -265,7 +267,8 @@ def mean_curves(records: list[dict], metric: str, by: list[str] | None = None):
                          for r in recs])
         if np.all(np.isnan(vals)):
             continue
-        with np.errstate(invalid="ignore"), _quiet():
+        with warnings.catch_warnings():  # a round where every seed is NaN stays NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
             mean, std = np.nanmean(vals, 0), np.nanstd(vals, 0)
         label = _group_label(key, by)
         out.append((label, rounds, mean, std, len(recs)))
@@ -291,17 +294,6 @@ def mean_finals(records: list[dict], param: str, metric: str, by: list[str] | No
         out.append((label, xs, np.array([y.mean() for y in ys]), np.array([y.std() for y in ys]),
                     [len(y) for y in ys]))
     return out
-
-
-class _quiet:
-    def __enter__(self):
-        import warnings
-        self._w = warnings.catch_warnings()
-        self._w.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-
-    def __exit__(self, *exc):
-        self._w.__exit__(*exc)
 
 
 # ---------------------------------------------------------------- drawing
