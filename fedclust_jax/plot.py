@@ -438,7 +438,7 @@ def figure(kind: str, records: list[dict], metric: str | None = None, x: str | N
             ax.set_title(f"final {FINAL_METRICS.get(final, final)} vs {name}")
         labels = set(ax.get_legend_handles_labels()[1])
         if labels and (what == "sweep" or not labels <= shown):
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7 if len(labels) <= 8 else 5, ncol=1 if len(labels) <= 8 else 2)
             shown |= labels if what == "curve" else set()
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
