@@ -20,12 +20,18 @@ and, as the code, nearest-truth matching; mean and standard error over trials.
 ``--init near-truth`` starts BR-IFCA's models a quarter of the smallest centre distance from
 the truth (the theory's assumption) instead; ``--per-trial FILE`` keeps every trial's
 per-cluster errors, and ``--summarize FILE`` counts the trials that lost a cluster.
+``--figure PNG`` draws the figure from committed results, no rerun: the 50-trial table of
+``--table`` (default results/brifca_figure1.md; mean and standard error per method and
+setting) and, dashed in panel (a), the near-truth runs of ``--near-truth`` (default
+results/brifca_figure1_per_trial.jsonl).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import time
 
 import jax
@@ -141,6 +147,86 @@ def summarize_per_trial(path, lost=0.5):
               f"{h[low].mean():.3f} / {h[~low].mean():.3f}")
 
 
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+MARKERS = {"IFCA-FedAvg": "s", "BR-IFCA median": "o", "BR-IFCA trimmed mean": "^",
+           "Three-Stage": "D", THREE_STAGE_R: "v"}
+
+
+def read_table(path, section="## 50 trials"):
+    """{(k, m, d): {method: (mean, standard error)}} from the first table after the heading
+    ``section`` of a results file (cells "mean ± se (nearest)"; header names as METHODS,
+    "Three-Stage (k-means++)" and "Three-Stage, 10 uniform" read as the two Three-Stage
+    variants)."""
+    names = {"Three-Stage (k-means++)": "Three-Stage", "Three-Stage, 10 uniform": THREE_STAGE_R}
+    lines = open(path).read().split(section, 1)[1].splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("| k | m | d |"))
+    header = [names.get(c.strip(), c.strip()) for c in lines[start].strip("|").split("|")][3:]
+    table = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        k, m, d = map(int, cells[:3])
+        table[(k, m, d)] = {}
+        for method, cell in zip(header, cells[3:]):
+            found = re.match(r"([\d.]+) ± ([\d.]+)", cell)
+            if found:
+                table[(k, m, d)][method] = (float(found[1]), float(found[2]))
+    return table
+
+
+def read_near_truth(path):
+    """{(k, m, d, method): (mean, standard error)} of the near-truth records of a
+    ``--per-trial`` file."""
+    out = {}
+    for line in open(path):
+        r = json.loads(line)
+        if r.get("init") == "near-truth":
+            h = np.array(r["hungarian"])
+            out[(r["k"], r["m"], r["d"], r["method"])] = (h.mean(), h.std() / np.sqrt(h.size))
+    return out
+
+
+def draw_figure(table, near, path):
+    """Panels (a) k = 5 and (b) k = 10: dist against d; (c) d = 500: dist against k; error
+    bars one standard error; dashed: BR-IFCA started near the truth (panel (a))."""
+    from fedclust_jax.plot import pyplot
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 5))
+    panels = [("a", "d", [key for key in table if key[0] == 5 and key[1] == 200]),
+              ("b", "d", [key for key in table if key[0] == 10 and key[1] == 400]),
+              ("c", "k", [key for key in table if key[2] == 500])]
+    for ax, (name, x, keys) in zip(axes, panels):
+        keys = sorted(keys, key=lambda key: key[2] if x == "d" else key[0])
+        xs = [key[2] if x == "d" else key[0] for key in keys]
+        for i, method in enumerate(METHODS):
+            cells = [table[key].get(method) for key in keys]
+            pts = [(xv, c) for xv, c in zip(xs, cells) if c is not None]
+            if pts:
+                ax.errorbar([p[0] for p in pts], [p[1][0] for p in pts], [p[1][1] for p in pts],
+                            marker=MARKERS[method], color=f"C{i}", capsize=3, markersize=4,
+                            label={"Three-Stage": "Three-Stage (k-means++)",
+                                   THREE_STAGE_R: "Three-Stage, 10 uniform seedings"}.get(method, method))
+            tn = [(key[2], near[key + (method,)]) for key in keys if key + (method,) in near]
+            if name == "a" and tn:
+                ax.errorbar([p[0] for p in tn], [p[1][0] for p in tn], [p[1][1] for p in tn],
+                            marker=MARKERS[method], color=f"C{i}", capsize=3, markersize=4,
+                            linestyle="--", mfc="none", label=f"{method}, near-truth init")
+        k = keys[0][0] if x == "d" else None
+        ax.set_title(f"({name}) k = {k}, m = {40 * k}" if k else "(c) d = 500, m = 40 k")
+        ax.set_xlabel(x)
+        ax.set_ylabel("dist (Hungarian matching)")
+        ax.set_xticks(xs)
+        ax.set_ylim(bottom=0)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=8)
+    fig.suptitle("BR-IFCA Figure 1 reproduction: outlier attack, 5% Byzantine, n = 100, "
+                 "sigma^2 = 0.2, 300 rounds; mean ± standard error over 50 trials "
+                 "(results/brifca_figure1.md)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=50)
@@ -166,7 +252,17 @@ def main():
                     help="BR-IFCA's coordinate-wise sorting backend (core.robust module docstring)")
     ap.add_argument("--summarize", default=None, metavar="FILE",
                     help="only print the per-trial summary of a --per-trial file")
+    ap.add_argument("--figure", default=None, metavar="PNG",
+                    help="only draw the figure from --table and --near-truth (no run)")
+    ap.add_argument("--table", default=os.path.join(RESULTS, "brifca_figure1.md"),
+                    help="results file whose '## 50 trials' table --figure draws")
+    ap.add_argument("--near-truth", default=os.path.join(RESULTS, "brifca_figure1_per_trial.jsonl"),
+                    help="--per-trial file whose near-truth records --figure draws dashed")
     args = ap.parse_args()
+    if args.figure:
+        draw_figure(read_table(args.table), read_near_truth(args.near_truth), args.figure)
+        print(f"figure written to {args.figure}")
+        return
     if args.summarize:
         summarize_per_trial(args.summarize)
         return

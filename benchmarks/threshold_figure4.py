@@ -26,12 +26,17 @@ which the paper's ratio r(l) = (f(l) - f(l-1)) / (f(l-1) - min f) rises above -0
 smaller than 5% of the remaining gap). The paper gives the ratio but not the cut on it.
 ``--radius-rule theory`` replaces the 10% quantile by the text's fixed tau = sqrt(sigma Delta)
 (Delta = the smallest distance between two true centers).
+
+``--figure PNG`` draws f(l) per sigma, one panel per initialisation, with l(5%) marked:
+every l after a run, or, with ``--from-md FILE`` (no run), the l columns of a results
+file's quantile-radius tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import re
 
 import jax
 import jax.numpy as jnp
@@ -108,6 +113,57 @@ def elbows(f):
     return l95, l5, paper
 
 
+def read_tables(path, radius="quantile"):
+    """{init: {sigma: (l values, f at them, l(5%))}} from the tables of a results file
+    written by this script (headings "Initialisation: <init> (radius: <radius>)")."""
+    out, init = {}, None
+    for line in open(path):
+        head = re.match(r"#+ Initialisation: (\S+) \(radius: (\w+)\)", line)
+        if head:
+            init = head[1] if head[2] == radius else None
+            continue
+        if init and line.startswith("| sigma |"):
+            cols = [c.strip() for c in line.strip().strip("|").split("|")]
+            ls = [int(c[2:]) for c in cols if c.startswith("l=")]
+        elif init and re.match(r"\| [\d.]+ \|", line):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            f = [float(c) for c in cells[1:1 + len(ls)]]
+            out.setdefault(init, {})[float(cells[0])] = (ls, f, int(cells[cols.index("l(5%)")]))
+    return out
+
+
+def draw_figure(curves, path, source):
+    """One panel per initialisation: f(l) per sigma (log y), a dotted line at l(5%)."""
+    from fedclust_jax.plot import pyplot
+    plt = pyplot()
+    from matplotlib.ticker import FuncFormatter
+    cols = min(2, len(curves))
+    rows = -(-len(curves) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
+    for ax, (init, per_sigma) in zip(axes.flat, curves.items()):
+        for i, (sigma, (ls, f, l5)) in enumerate(sorted(per_sigma.items())):
+            ax.plot(ls, f, marker="o" if len(ls) <= 20 else None, markersize=3, color=f"C{i}",
+                    label=f"sigma = {sigma:g} (l(5%) = {l5})")
+            ax.axvline(l5, color=f"C{i}", linestyle=":", linewidth=1)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        lo, hi = ax.get_ylim()
+        every = hi / lo < 10   # under a decade: label every minor tick, else 2, 3, 5 x 10^n
+        ax.yaxis.set_minor_formatter(FuncFormatter(
+            lambda v, _, every=every: f"{v:g}" if every or round(v / 10 ** np.floor(np.log10(v)))
+            in (2, 3, 5) else ""))
+        ax.tick_params(axis="y", which="minor", labelsize=7)
+        ax.set_title(f"start: {init}")
+        ax.set_xlabel("TC iterations l")
+        ax.set_ylabel("f(l), log scale")
+        ax.legend(fontsize=7)
+    fig.suptitle("Threshold clustering Figure 4 reproduction: f(l) = mean distance to the true "
+                 "centers\n(10% quantile radius, K = 10, 90 points in 10-D); " + source, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=10)
@@ -117,7 +173,19 @@ def main():
     ap.add_argument("--radius-rule", default="quantile", choices=["quantile", "theory"],
                     help="quantile: the paper's 10%% quantile; theory: fixed tau = sqrt(sigma Delta)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--figure", default=None, metavar="PNG", help="draw f(l) to this file")
+    ap.add_argument("--from-md", default=None, metavar="FILE",
+                    help="with --figure: draw the tables of this results file instead of running")
     args = ap.parse_args()
+    if args.from_md:
+        if not args.figure:
+            ap.error("--from-md needs --figure PNG")
+        draw_figure(read_tables(args.from_md), args.figure,
+                    f"f at the tabulated l only ({args.from_md.rsplit('/', 1)[-1]}, no rerun); "
+                    "dotted: l(5%)")
+        print(f"figure written to {args.figure}")
+        return
+    drawn = {}
     shown = [l for l in (0, 1, 2, 5, 10, 20, 30, 40, 60, 80) if l <= args.max_l]
     blocks = []
     for init in args.inits:
@@ -128,6 +196,8 @@ def main():
         for s in SIGMAS:
             f = curve(s, init, args.repeats, args.max_l, args.offset, args.radius_rule)
             e = elbows(f)
+            if args.radius_rule == "quantile":
+                drawn.setdefault(init, {})[s] = (list(range(len(f))), list(f), e[1])
             lines.append(f"| {s} | " + " | ".join(f"{f[l]:.3f}" for l in shown)
                          + f" | {f.min():.3f} | {e[0]} | {e[1]} | {e[2]} |")
             print(init, lines[-1], flush=True)
@@ -139,6 +209,8 @@ def main():
         with open(args.out, "w") as fh:
             fh.write(text)
     print(text)
+    if args.figure and drawn:
+        draw_figure(drawn, args.figure, f"{args.repeats} repeats, every l; dotted: l(5%)")
 
 
 HEADER = """# Threshold-clustering Figure 4 reproduction

@@ -228,6 +228,8 @@ def make_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list datasets, models, algorithms and presets; "
                                       "`list NAME`: its parameters with defaults, types and meanings")
     lst.add_argument("name", nargs="?", help="an algorithm, dataset, model or preset")
+    from fedclust_jax.plot import add_plot_parser  # `plot`: matplotlib imported only to draw
+    add_plot_parser(sub)
     return parser
 
 
@@ -425,6 +427,9 @@ def main(argv=None) -> int:
         except ValueError as e:
             return error(e)
         return 0
+    if args.command == "plot":
+        from fedclust_jax.plot import plot_command
+        return plot_command(args)
     from fedclust_jax.config_check import check_study_value
     from fedclust_jax.experiment import checkpoint_paths, run_study, study_configs
     from fedclust_jax.results import format_settings, format_table, save_results
