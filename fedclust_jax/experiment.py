@@ -415,6 +415,9 @@ def study_configs(study: dict) -> list[tuple[str, ExperimentConfig]]:
     "restarts" and "rounds" (e.g. SR-FCA's REFINE steps) besides its parameters."""
     if not isinstance(study, dict):
         raise ValueError(f"a study must be a table of {list(STUDY_KEYS)}, got {type(study).__name__}")
+    if "sweep" in study:
+        raise ValueError("this study has a [sweep] table; run it with `fedclust-jax sweep "
+                         "--config FILE` (or fedclust_jax.sweep.run_sweep), or remove the table")
     unknown = sorted(set(study) - set(STUDY_KEYS))
     if unknown:
         raise ValueError(f"unknown study key(s) {unknown}; allowed: {list(STUDY_KEYS)}")
