@@ -191,7 +191,11 @@ def plan(study: dict) -> tuple[list[str], list[dict], dict]:
             dkey = _data_key(cfg)
             if dkey not in datas:
                 datas[dkey] = load_study_data(cfg)
-            check_fits_data(label, cfg, datas[dkey])
+            where = ", ".join(f"{p} = {_show(v)}" for p, v in values.items())
+            try:
+                check_fits_data(label, cfg, datas[dkey])
+            except ValueError as e:
+                raise ValueError(f"sweep point ({where}): {e}") from None
             cls = ALGORITHMS[cfg.algorithm].config_cls
             traced = tuple(sorted(p for p in hparams.traced_names(cls)
                                   if f"{label}.{p}" in paths and p in cfg.params))
@@ -200,7 +204,13 @@ def plan(study: dict) -> tuple[list[str], list[dict], dict]:
             static["params"] = {k: v for k, v in static["params"].items() if k not in traced}
             gkey = json.dumps([label, static, traced, _shape_key(datas[dkey])], sort_keys=True,
                               default=str)
-            groups.setdefault(gkey, {"label": label, "cfg": cfg, "traced": traced, "items": []})
+            if gkey not in groups:            # the settings that need the data, before compute
+                try:
+                    model = build_model(cfg.model, datas[dkey], **cfg.model_args)
+                    build_algorithm(cfg.algorithm, model, cfg.params, datas[dkey])
+                except ValueError as e:
+                    raise ValueError(f"sweep point ({where}): {label}: {e}") from None
+                groups[gkey] = {"label": label, "cfg": cfg, "traced": traced, "items": []}
             groups[gkey]["items"].append((i, label, cfg))
     return paths, list(groups.values()), datas
 
