@@ -161,6 +161,11 @@ def _applies(path: str, label: str) -> bool:
     return path in GLOBAL_PATHS or head in ("data", "model_args") or head == label
 
 
+def _number(value) -> bool:
+    """A value a traced parameter can take as an array (not None, a bool or a string)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _data_key(cfg) -> str:
     return json.dumps([cfg.dataset, cfg.data, cfg.seed], sort_keys=True, default=str)
 
@@ -198,7 +203,7 @@ def plan(study: dict) -> tuple[list[str], list[dict], dict]:
                 raise ValueError(f"sweep point ({where}): {e}") from None
             cls = ALGORITHMS[cfg.algorithm].config_cls
             traced = tuple(sorted(p for p in hparams.traced_names(cls)
-                                  if f"{label}.{p}" in paths and p in cfg.params))
+                                  if f"{label}.{p}" in paths and _number(cfg.params.get(p))))
             static = cfg.to_dict()
             static.pop("seed")
             static["params"] = {k: v for k, v in static["params"].items() if k not in traced}

@@ -88,3 +88,10 @@ def _matched(f, t):
 def test_bad_eval_every_is_refused():
     with pytest.raises(ValueError, match="eval_every"):
         ExperimentConfig(eval_every=0)
+
+
+def test_cli_flag_sets_eval_every():
+    from fedclust_jax import cli
+    from fedclust_jax.experiment import study_configs
+    args = cli.make_parser().parse_args(["compare", "--eval-every", "5"])
+    assert {cfg.eval_every for _, cfg in study_configs(cli.build_study(args, single=False))} == {5}
