@@ -117,3 +117,21 @@ def test_bad_entries_exit_2_with_one_line(sweep, named, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("fedclust-jax: error: sweep")
     assert named in err
+
+
+def test_output_must_be_csv_or_json(tmp_path, capsys):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(study({"seed": [0]})))
+    assert cli.main(["sweep", "--config", str(path), "--output", str(tmp_path / "r.txt")]) == 2
+    assert ".csv or .json" in capsys.readouterr().err
+    assert cli.main(["compare", "--config", str(path)]) == 2
+    assert "fedclust-jax sweep" in capsys.readouterr().err
+
+
+def test_readme_sweep_example_is_valid():
+    import pathlib
+    import tomllib
+    text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = text.split("## Sweeps", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
+    _, paths, grid = parse_sweep(tomllib.loads(block))
+    assert paths == ["seed", "ifca.lr"] and len(grid) == 6
