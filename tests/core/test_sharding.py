@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def sharded():
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, os.path.join(HERE, "sharded_runs.py")], env=env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
