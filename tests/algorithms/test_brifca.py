@@ -28,16 +28,24 @@ def clean():
                              dim=10, samples_per_client=50, test_samples_per_client=10)
 
 
+MODEL10, LOCAL1 = linear_regression(10), LocalTraining(steps=1, lr=0.1)
+START = jax.vmap(MODEL10.init)(jax.random.split(jax.random.key(3), 2))
+
+
+@pytest.fixture(scope="module")
+def ifca_run(clean):
+    """IFCA option I (gradient step), 15 rounds from START: run once, compared with both
+    BR-IFCA variants below."""
+    ifca = IFCA(MODEL10, IFCAConfig(num_clusters=2, option="gradient", local=LOCAL1))
+    return _run(ifca, clean, 15, params=START)
+
+
 @pytest.mark.parametrize("aggregator", ["trimmed_mean", "mean"])
-def test_no_byzantine_equals_ifca_option_one(clean, aggregator):
-    model = linear_regression(10)
-    local = LocalTraining(steps=1, lr=0.1)
-    params = jax.vmap(model.init)(jax.random.split(jax.random.key(3), 2))
-    br = BRIFCA(model, BRIFCAConfig(num_clusters=2, aggregator=aggregator, trim_frac=0.0,
-                                    byz_frac=0.0, local=local, step="ifca"))
-    ifca = IFCA(model, IFCAConfig(num_clusters=2, option="gradient", local=local))
-    a = _run(br, clean, 15, params=params)
-    b = _run(ifca, clean, 15, params=params)
+def test_no_byzantine_equals_ifca_option_one(clean, ifca_run, aggregator):
+    br = BRIFCA(MODEL10, BRIFCAConfig(num_clusters=2, aggregator=aggregator, trim_frac=0.0,
+                                      byz_frac=0.0, local=LOCAL1, step="ifca"))
+    a = _run(br, clean, 15, params=START)
+    b = ifca_run
     np.testing.assert_allclose(a.params["theta"], b.params["theta"], rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(a.assign, b.assign)
 

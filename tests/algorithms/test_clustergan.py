@@ -144,12 +144,15 @@ def test_assignment_is_valid_cluster_ids_with_padding():
 
 
 def test_one_client_fedavg_equals_local_training():
-    data = stripes(jax.random.key(0), n_clients=1, p=0.0)
+    """With counts (20, 0) only client 0 takes part: the round returns its local training.
+    (Two clients, the shape of the other round tests, so they share one compiled round.)"""
+    data = stripes(jax.random.key(0), p=0.0).replace(count=jnp.array([PER_CLIENT, 0], jnp.int32))
     alg = _algorithm(NETS, CFG)
     state = alg.init(jax.random.key(1), data)
     key = jax.random.key(2)
     new, metrics = alg._round(state, key, data)
-    local, losses = LOCAL(state.params, data.x, data.count, jax.random.fold_in(key, 0)[None])
+    local, losses = LOCAL(state.params, data.x[:1], data.count[:1],
+                          jax.random.fold_in(key, 0)[None])
     allclose_trees(new.params, jax.tree.map(lambda a: a[0], local), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(metrics["critic_loss"], losses[0, 0], rtol=1e-5)
     assert int(new.round) == 1

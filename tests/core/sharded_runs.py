@@ -1,6 +1,8 @@
 """Run by tests/core/test_sharding.py in a subprocess with 8 forced host CPU devices (the
 flag must be set before JAX starts). Prints one JSON object: the shardings of data and
-state leaves and the results of one-device and 8-device runs of IFCA, Local (softmax regression) and FedAvg."""
+state leaves, the results of one-device and 8-device runs of IFCA, Local (softmax regression) and FedAvg,
+and ``run_experiment`` with devices=8 against one device (tests/test_runner.py's check, in the same
+process: each extra Python + JAX start costs seconds)."""
 
 import json
 import os
@@ -64,4 +66,16 @@ for name, (data, params) in RUNS.items():
         "loss_one": np.asarray(h_one["train_loss"]).tolist(),
         "loss_many": np.asarray(h_many["train_loss"]).tolist(),
     }
+# run_experiment end to end (data split, rounds, evaluation back on the host): 8 devices vs one.
+from fedclust_jax.experiment import ExperimentConfig, run_experiment  # noqa: E402
+
+cfg = ExperimentConfig(dataset="gaussian-mixture",
+                       data=dict(num_clients=16, num_clusters=2, samples_per_client=10, dim=4,
+                                 num_classes=3),
+                       algorithm="ifca", params=dict(num_clusters=2, batch_size=4), rounds=3)
+a = run_experiment(cfg, progress=False)
+b = run_experiment(cfg, progress=False, devices=8)
+out["experiment"] = {"loss_one": a["history"]["train_loss"], "loss_many": b["history"]["train_loss"],
+                     "misclustering_one": a["metrics"]["misclustering"],
+                     "misclustering_many": b["metrics"]["misclustering"]}
 print(json.dumps(out))

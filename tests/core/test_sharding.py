@@ -1,8 +1,8 @@
 """Clients split over 8 forced host CPU devices: data and per-client state carry the
 ``clients`` sharding, everything else is replicated, and results equal one device.
 
-The device count must be fixed before JAX starts, so the runs happen in a subprocess
-(tests/core/sharded_runs.py)."""
+The device count must be fixed before JAX starts, so the runs happen in one subprocess
+(tests/core/sharded_runs.py), which also runs ``run_experiment`` with devices=8."""
 
 import json
 import os
@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def sharded():
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, os.path.join(HERE, "sharded_runs.py")], env=env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -57,6 +57,15 @@ def test_round_keeps_shardings_and_equals_one_device(sharded, name):
         assert run["specs"][".assign"] == [None, "clients"] and run["specs"][".params['theta']"] == []
     np.testing.assert_allclose(run["loss_many"], run["loss_one"], rtol=1e-5, atol=1e-6)
     assert run["max_state_diff"] < 1e-5
+
+
+def test_run_experiment_on_8_devices_equals_one_device(sharded):
+    """``run_experiment(devices=8)`` (IFCA, gaussian mixture): same per-round training loss
+    and misclustering as one device (run in the same subprocess as the runs above)."""
+    run = sharded["experiment"]
+    assert len(run["loss_one"]) == 3
+    np.testing.assert_allclose(run["loss_many"], run["loss_one"], rtol=1e-5)
+    assert run["misclustering_many"] == run["misclustering_one"]
 
 
 def test_state_shardings_without_restart_axis():
