@@ -308,9 +308,11 @@ def main(argv=None):
     summary = targets(records)
     print(table(records) + ("\n\n" + summary if summary else ""))
     if args.markdown:
-        command = " ".join(["python", "benchmarks/scale.py"] + (argv if argv is not None else sys.argv[1:]))
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from provenance import generated_by
+        head = generated_by([__file__] + (argv if argv is not None else sys.argv[1:]))
         with open(args.markdown, "w") as f:
-            f.write(f"`{command}`\n\n"
+            f.write(head +
                     f"Load (`uptime`) before: {load_before}; after: {uptime()} "
                     f"(on {os.cpu_count()} cores).\n\n{table(records)}\n"
                     + (f"\n{summary}\n" if summary else ""))
