@@ -5,10 +5,15 @@ Estimate (bytes; R restarts, P parameters, M participants, layout chunk c):
   data        every array of the ``FederatedData`` pytree, stored once
   state       2 x R x the algorithm state (the round's input and output; donation lets XLA
               reuse the input, the factor 2 keeps a margin)
-  chunk work  R x c x (3 P + one client's data + activations), c = M for one vmap;
-              activations = 2 x every intermediate of one forward pass (from its jaxpr)
-  per-client  R x M x P x 4 bytes x factor for rules that keep per-client vectors
+  chunk work  R x c x (P + 2 P32 + one client's data + activations), c = M for one vmap;
+              P: one model in its stored dtype (the client's start), P32: one model in
+              float32 (local training's master copy and gradient, ``core.train.local_train``);
+              activations = 2 x every intermediate of one forward pass (from its jaxpr, so
+              in the data's and params' dtype)
+  per-client  R x M x P x factor for rules that keep per-client vectors
               (``alg.client_vectors``: 1 for BR-IFCA's gradients, ...)
+Every term counts the arrays' own dtypes: with ``--dtype bfloat16`` the data (float pool or
+arrays), the state and P take 2 bytes per value, P32 still 4.
 Only shapes are traced (``jax.eval_shape``, ``jax.make_jaxpr``); nothing is compiled.
 """
 
@@ -86,7 +91,8 @@ def estimate(alg, data, *, restarts: int = 1, chunk=None) -> dict:
     m = max(1, int(math.floor(participation * n + 0.5)))
     one = jax.eval_shape(lambda d: d.train_client(0), data)    # never materialises views
     x_one = jax.ShapeDtypeStruct(one[0].shape, one[0].dtype)
-    client = 3 * p_bytes + tree_bytes(one) + activation_bytes(model, params, x_one)
+    p32_bytes = 4 * sum(math.prod(a.shape) for a in jax.tree.leaves(params))
+    client = p_bytes + 2 * p32_bytes + tree_bytes(one) + activation_bytes(model, params, x_one)
     state = tree_bytes(jax.eval_shape(alg.init, jax.random.key(0), data))
     width = m if chunk is None else min(chunk, m)
     out = {"data": tree_bytes(data), "state": 2 * restarts * state,
