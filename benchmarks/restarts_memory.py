@@ -6,9 +6,10 @@ restarts, in float32 and bfloat16.
 
 Each dtype runs in its own subprocess (so peak RSS is that run's own) through the experiment
 runner, as ``fedclust-jax run --algorithm ifca --dataset ifca-rotated-mnist --data
-num_clients=4800 --restarts 10 --dtype D`` would: the dataset's defaults (views over one uint8
-pool, n = 100 per client, MLP 784-200-10, K = 4, option II, tau = 10 full-batch steps,
-gamma = 0.1), the client layout "auto" (on a CPU: one client at a time) and the memory
+num_clients=4800 --data n=50 --restarts 10 --dtype D`` would: the dataset's defaults (views
+over one uint8 pool, MLP 784-200-10, K = 4, option II, tau = 10 full-batch steps,
+gamma = 0.1) with n = 50 images per client (the IFCA paper's pairing (m, n) = (4800, 50);
+the default n = 100 fits 2,400 clients of the 60k-image whole-set construction), the client layout "auto" (on a CPU: one client at a time) and the memory
 pre-check, then the evaluation of every restart. Rounds run one per compiled chunk; the
 first (compilation included) is reported apart, seconds per round is the mean of the others
 (``--rounds`` counts all of them, so at least 2). Peak memory: ``ru_maxrss`` of the
@@ -74,7 +75,7 @@ def run_one(cfg: dict) -> dict:
 def _study(cfg: dict) -> dict:
     from fedclust_jax.presets import dataset_study
     study = dataset_study("ifca-rotated-mnist", ["ifca"])
-    study["data"] = dict(study.get("data") or {}, num_clients=cfg["clients"],
+    study["data"] = dict(study.get("data") or {}, num_clients=cfg["clients"], n=cfg["n"],
                          data_dir=cfg["data_dir"])
     study["algorithms"]["ifca"] = dict(study["algorithms"]["ifca"] or {}, restarts=cfg["restarts"])
     study.update(rounds=cfg["rounds"], rounds_per_chunk=1, dtype=cfg["dtype"])
@@ -105,11 +106,11 @@ def load() -> str:
 
 def table(records) -> str:
     f = lambda r, k, spec: "-" if r.get(k) is None else format(r[k], spec)  # noqa: E731
-    lines = ["| dtype | clients | restarts | chunk | peak RSS MB | s/round | 1st round s | "
+    lines = ["| dtype | clients | n | restarts | chunk | peak RSS MB | s/round | 1st round s | "
              "evaluate s | test acc | pre-check estimate GB | note |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in records:
-        lines.append(f"| {r['dtype']} | {r['clients']:,} | {r['restarts']} | {r.get('chunk', '-')} | "
+        lines.append(f"| {r['dtype']} | {r['clients']:,} | {r['n']} | {r['restarts']} | {r.get('chunk', '-')} | "
                      f"{f(r, 'peak_memory_mb', '.0f')} | {f(r, 'seconds_per_round', '.1f')} | "
                      f"{f(r, 'first_round_s', '.1f')} | {f(r, 'evaluate_s', '.1f')} | "
                      f"{f(r, 'test_acc', '.3f')} | {f(r, 'estimated_gb', '.2f')} | {r.get('note', '')} |")
@@ -121,6 +122,7 @@ def main(argv=None):
     p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_DATA"),
                    help="folder holding mnist/ (default $FEDCLUST_DATA)")
     p.add_argument("--clients", type=int, default=4800)
+    p.add_argument("--n", type=int, default=50, help="train images per client")
     p.add_argument("--restarts", type=int, default=10)
     p.add_argument("--rounds", type=int, default=2, help="rounds in all, the first one untimed")
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"],
@@ -141,7 +143,7 @@ def main(argv=None):
     if not args.data_dir or not os.path.isdir(args.data_dir):
         p.error(f"needs --data-dir (a folder holding mnist/) or $FEDCLUST_DATA; got {args.data_dir!r}")
     before, records = load(), []
-    cfgs = [dict(dtype=dtype, clients=args.clients, restarts=args.restarts, rounds=args.rounds,
+    cfgs = [dict(dtype=dtype, clients=args.clients, n=args.n, restarts=args.restarts, rounds=args.rounds,
                  data_dir=os.path.abspath(args.data_dir)) for dtype in args.dtypes]
     procs = [start(c) for c in cfgs] if args.parallel else [None] * len(cfgs)
     for cfg, proc in zip(cfgs, procs):
