@@ -51,6 +51,9 @@ def run_one(cfg: dict) -> dict:
     t0 = time.perf_counter()
     data = experiment.load_study_data(ecfg)
     build_s = time.perf_counter() - t0
+    estimate_gb = _estimate_gb(experiment, ecfg, data)
+    print(f"# {cfg['dtype']}: data built in {build_s:.0f} s; pre-check estimate "
+          f"{estimate_gb:.2f} GB", file=sys.stderr, flush=True)
     start = time.perf_counter()
     result = experiment.run_experiment(ecfg, data=data, progress=False)
     end = time.perf_counter()
@@ -72,6 +75,18 @@ def run_one(cfg: dict) -> dict:
                 test_acc=result["metrics"].get("test_acc"), data=result["data"])
 
 
+def _estimate_gb(experiment, ecfg, data) -> float:
+    """The memory pre-check's estimate (GB) for this run, as ``run_experiment`` makes it."""
+    from fedclust_jax.algorithms.registry import build_algorithm
+    from fedclust_jax.models.base import with_dtype
+    from fedclust_jax.models.registry import build_model
+    data = data.astype(ecfg.dtype)
+    model = with_dtype(build_model(ecfg.model, data, **ecfg.model_args), ecfg.dtype)
+    alg = build_algorithm(ecfg.algorithm, model, ecfg.params, data)
+    _, layout = experiment.resolve_layout(alg, data, restarts=ecfg.restarts)
+    return (layout["estimated_bytes"] or {}).get("total", 0) / 2**30
+
+
 def _study(cfg: dict) -> dict:
     from fedclust_jax.presets import dataset_study
     study = dataset_study("ifca-rotated-mnist", ["ifca"])
@@ -82,22 +97,65 @@ def _study(cfg: dict) -> dict:
     return study
 
 
-def start(cfg: dict) -> subprocess.Popen:
-    """The run in a subprocess; its progress lines (and errors) go to this stderr."""
+def start(cfg: dict):
+    """(process, its stdout file, its stderr file): the run in a subprocess."""
+    import tempfile
+    out, err = tempfile.TemporaryFile("w+"), tempfile.NamedTemporaryFile("w+", suffix=".log")
     cmd = [sys.executable, os.path.abspath(__file__), "--one", json.dumps(cfg)]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    return subprocess.Popen(cmd, stdout=out, stderr=err, text=True, cwd=ROOT), out, err
 
 
-def finish(proc: subprocess.Popen, cfg: dict, timeout_s: float) -> dict:
+def proc_status(pid: int) -> tuple[float | None, float | None]:
+    """(peak RSS MB so far (VmHWM), CPU seconds used) of a live Linux process."""
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+        with open(f"/proc/{pid}/status") as f:
+            hwm = next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return hwm, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None, None
+
+
+def watch(runs, deadline: float) -> list:
+    """[(peak RSS MB, CPU s)] of each run, sampled every 5 s until all end or ``deadline``
+    (time.time())."""
+    seen = [(None, None)] * len(runs)
+    while any(r[0].poll() is None for r in runs) and time.time() < deadline:
+        for j, (proc, _, _) in enumerate(runs):
+            hwm, used = proc_status(proc.pid)
+            if hwm is not None:
+                seen[j] = (hwm, used)
+        time.sleep(5)
+    return seen
+
+
+def finish(run, cfg: dict, seen) -> dict:
+    """The run's record; a run still going is stopped and the record says how far it got,
+    with the peak RSS it had reached (VmHWM)."""
+    proc, out, err = run
+    peak, cpu = seen
+    stopped = proc.poll() is None
+    if stopped:
         proc.kill()
-        return dict(cfg, note=f"failed: over the {timeout_s:.0f} s timeout")
-    if proc.returncode != 0:
+        proc.wait()
+    err.seek(0)
+    log = err.read()
+    sys.stderr.write(log)
+    if proc.returncode == 0:
+        out.seek(0)
+        return json.loads(out.read().strip().splitlines()[-1])
+    done = sum(": round " in line for line in log.splitlines())
+    estimate = [line.rsplit("estimate ", 1)[1].split()[0] for line in log.splitlines()
+                if "pre-check estimate" in line]
+    record = dict(cfg, peak_memory_mb=peak, estimated_gb=float(estimate[0]) if estimate else None)
+    if stopped:
+        record["note"] = (f"stopped at the --max-minutes limit after {cpu or 0:.0f} CPU s, {done} of "
+                          f"{cfg['rounds']} rounds done; peak RSS is the peak reached until then")
+    else:
         why = "killed (out of memory?)" if proc.returncode in (-9, 137) else "see stderr"
-        return dict(cfg, note=f"failed (exit {proc.returncode}): {why}")
-    return json.loads(out.strip().splitlines()[-1])
+        record["note"] = f"failed (exit {proc.returncode}): {why}"
+    return record
 
 
 def load() -> str:
@@ -127,7 +185,9 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=2, help="rounds in all, the first one untimed")
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"],
                    choices=("float32", "bfloat16"))
-    p.add_argument("--timeout", type=float, default=3600, help="seconds per run")
+    p.add_argument("--max-minutes", type=float, default=60,
+                   help="wall minutes from the start after which unfinished runs are stopped "
+                        "(their peak RSS so far and progress are reported)")
     p.add_argument("--parallel", action="store_true",
                    help="run the dtypes at the same time (peak RSS is still each run's own; "
                         "seconds per round then share the cores)")
@@ -145,9 +205,12 @@ def main(argv=None):
     before, records = load(), []
     cfgs = [dict(dtype=dtype, clients=args.clients, n=args.n, restarts=args.restarts, rounds=args.rounds,
                  data_dir=os.path.abspath(args.data_dir)) for dtype in args.dtypes]
-    procs = [start(c) for c in cfgs] if args.parallel else [None] * len(cfgs)
-    for cfg, proc in zip(cfgs, procs):
-        records.append(finish(proc or start(cfg), cfg, args.timeout))
+    deadline = time.time() + 60 * args.max_minutes
+    groups = [cfgs] if args.parallel else [[c] for c in cfgs]
+    for group in groups:
+        runs = [start(c) for c in group]
+        for cfg, run, seen in zip(group, runs, watch(runs, deadline)):
+            records.append(finish(run, cfg, seen))
         print(json.dumps(records[-1], default=float), file=sys.stderr, flush=True)
     text = table(records)
     if args.parallel:
