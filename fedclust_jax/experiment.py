@@ -243,6 +243,9 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
         data = data.astype(cfg.dtype)
     model = with_dtype(build_model(cfg.model, data, **cfg.model_args), cfg.dtype)
     alg = build_algorithm(cfg.algorithm, model, cfg.params, data)
+    if cfg.dtype != "float32":   # an algorithm that promotes bf16 state: one line, no traceback
+        from fedclust_jax.core.memory import check_state_dtypes
+        check_state_dtypes(alg, data)
     alg, layout = resolve_layout(alg, data, restarts=cfg.restarts, devices=devices,
                                  memory_limit=memory_limit)
     mesh, host_data, to_host = None, data, lambda tree: tree

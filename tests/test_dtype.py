@@ -4,7 +4,6 @@ one point."""
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from fedclust_jax.algorithms.registry import build_algorithm
@@ -102,3 +101,21 @@ def test_bad_dtype_exits_2_with_one_line(capsys):
     assert main(["run", "--algorithm", "ifca", "--dtype", "float16", "--rounds", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "float16" in err[0] and "bfloat16" in err[0], err
+
+
+def test_an_algorithm_that_promotes_bf16_state_is_refused_before_compute():
+    from fedclust_jax.core.memory import check_state_dtypes
+
+    class Promotes:
+        name = "promotes"
+
+        def init(self, key, data):
+            return {"w": jnp.zeros(3, jnp.bfloat16)}
+
+        def round(self, state, key, data):
+            return {"w": state["w"] + jnp.float32(1)}, {}
+
+    with pytest.raises(ValueError, match="does not keep its state in bfloat16"):
+        check_state_dtypes(Promotes(), None)
+    data, alg = build("bfloat16")
+    check_state_dtypes(alg, data)  # IFCA keeps bf16

@@ -123,3 +123,28 @@ def fit_chunk(alg, data, *, restarts: int, available: int | None, chunk=None):
     while c > 1 and estimate(alg, data, restarts=restarts, chunk=c)["total"] > available:
         c //= 2
     return c
+
+
+def check_state_dtypes(alg, data):
+    """Raises ValueError (one line) when a round of ``alg`` returns a state leaf in another
+    dtype than it was given (an algorithm whose own update arithmetic is not yet written
+    for bf16 params promotes them to float32). Traced from shapes (``jax.eval_shape``),
+    nothing compiled; run before a ``--dtype bfloat16`` run."""
+    name = getattr(alg, "name", type(alg).__name__)
+    state = jax.eval_shape(alg.init, jax.random.key(0), data)
+    try:
+        new, _ = jax.eval_shape(alg.round, state, jax.random.key(1), data)
+    except TypeError as e:   # a loop inside the round promotes its carry
+        if "carry input and carry output must have equal types" not in str(e):
+            raise
+        raise ValueError(f"algorithm {name!r} does not keep its state in its stored dtype "
+                         f"(a loop inside its round promotes it); run it with --dtype float32"
+                         ) from None
+    flat_in = jax.tree_util.tree_flatten_with_path(state)[0]
+    flat_out = jax.tree.leaves(new)
+    for (path, a), b in zip(flat_in, flat_out):
+        if a.dtype != b.dtype:
+            raise ValueError(
+                f"algorithm {name!r} does not keep its state "
+                f"in {a.dtype} (state{jax.tree_util.keystr(path)} becomes {b.dtype} after a "
+                f"round); run it with --dtype float32")
