@@ -3,10 +3,13 @@ tau=10 local steps, K=4 cluster models; m clients under each client layout.
 
 Layouts (--chunks): "default" (whatever ``IFCAConfig()`` chooses), "auto" (``chunk="auto"``,
 the per-backend choice, where this version has it; otherwise the row says so and is
-skipped), "none" (one vmap over all clients) or a chunk size c (``lax.map`` over chunks of
+skipped; both rows show the chunk they resolve to on this backend, ``resolve_chunk``), "none" (one vmap over all clients) or a chunk size c (``lax.map`` over chunks of
 c clients). For each size the fastest manual layout (none or a number) is marked, and with
 --evaluate the cost of ``alg.evaluate`` (re-assigning every client on its training data and
 scoring the test split) is timed separately under the default layout.
+
+--dtype bfloat16 stores the params and data in bf16 (float32 losses, sums and optimizer
+state; ``models.base.with_dtype``, ``FederatedData.astype``).
 
 Prints seconds per round (median of --repeats timed rounds after one compile round) and the
 achieved GFLOP/s, counting 2 * (784*200 + 200*10) FLOPs per example per forward pass, K
@@ -27,8 +30,10 @@ import jax
 import jax.numpy as jnp
 
 from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
+from fedclust_jax.core.clients import resolve_chunk
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.data.federated import FederatedData
+from fedclust_jax.models.base import with_dtype
 from fedclust_jax.models.mlp import mlp
 
 SIZES = (784, 200, 10)
@@ -49,12 +54,12 @@ def make_data(n_clients: int, n: int) -> FederatedData:
                          num_classes=SIZES[-1])
 
 
-def make_alg(chunk, *, k: int, tau: int) -> IFCA:
+def make_alg(chunk, *, k: int, tau: int, dtype: str = "float32") -> IFCA:
     """chunk: "default" (IFCAConfig's own default), "auto", None or an int."""
     kw = dict(num_clusters=k, option="model", local=LocalTraining(steps=tau, lr=0.1))
     if chunk != "default":
         kw["chunk"] = chunk
-    return IFCA(mlp(SIZES), IFCAConfig(**kw))
+    return IFCA(with_dtype(mlp(SIZES), dtype), IFCAConfig(**kw))
 
 
 def time_round(alg, data, *, repeats: int) -> float:
@@ -95,6 +100,8 @@ def main():
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--tau", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="storage of params and data")
     p.add_argument("--evaluate", action="store_true",
                    help="also time alg.evaluate under the default layout")
     args = p.parse_args()
@@ -102,23 +109,27 @@ def main():
              else [(m, args.n) for m in args.clients])
     dev = jax.devices()[0]
     print(f"# jax {jax.__version__}, {dev.platform} {getattr(dev, 'device_kind', '')}, "
-          f"{platform.processor() or platform.machine()}, {jax.device_count()} device(s); "
-          f"load at start {os.getloadavg()}")
+          f"{platform.processor() or platform.machine()}, {jax.device_count()} device(s), "
+          f"{args.dtype}; load at start {os.getloadavg()}")
     print("| clients m | n | chunk | s / round | GFLOP / round | GFLOP/s |")
     print("|---:|---:|---|---:|---:|---:|", flush=True)
     for m, n in sizes:
-        data = make_data(m, n)
+        data = make_data(m, n).astype(args.dtype)
         manual = {}
         for c in args.chunks:
             chunk = parse_chunk(c)
             if isinstance(chunk, int) and chunk >= m:
                 continue
             try:
-                alg = make_alg(chunk, k=args.k, tau=args.tau)
+                alg = make_alg(chunk, k=args.k, tau=args.tau, dtype=args.dtype)
             except (TypeError, ValueError) as e:
                 print(f"| {m} | {n} | {c} | not available in this version ({e}) | | |", flush=True)
                 continue
-            label = c if c not in ("default", "auto") else f"{c} (= {alg.cfg.chunk!r})"
+            if c in ("default", "auto"):   # the layout this backend actually runs
+                used = resolve_chunk(alg.cfg.chunk, m, backend=jax.default_backend())
+                label = f"{c} (= {'none' if used is None else used})"
+            else:
+                label = c
             sec, state = time_round(alg, data, repeats=args.repeats)
             if c not in ("default", "auto"):
                 manual[c] = sec

@@ -153,6 +153,7 @@ def run_one(cfg: dict) -> dict:
 
     from fedclust_jax import experiment
     from fedclust_jax.algorithms.registry import build_algorithm
+    from fedclust_jax.models.base import with_dtype
     from fedclust_jax.models.registry import build_model
 
     backend = jax.default_backend()
@@ -179,6 +180,7 @@ def run_one(cfg: dict) -> dict:
     model = {"softmax": lambda: build_model("mlp", data, hidden=()),
              "mlp": lambda: build_model("mlp", data, hidden=(200,)),
              "linear": lambda: build_model("linear", data)}[cfg["model"]]()
+    model = with_dtype(model, cfg["dtype"])   # params in cfg["dtype"], as the data
     alg = build_algorithm("ifca", model, dict(num_clusters=k, chunk=cfg["chunk"]), data)
 
     marks = []
@@ -269,7 +271,8 @@ def main(argv=None):
     p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_DATA"),
                    help="folder holding mnist/ (default $FEDCLUST_DATA)")
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after the warm-up round")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="storage of params and data (losses, sums, optimizer state float32)")
     p.add_argument("--chunk", type=int, help="clients per chunk (default per configuration)")
     p.add_argument("--only", help="run only configurations whose model or dataset equals this")
     p.add_argument("--max-clients", type=int, help="skip configurations with more clients")
@@ -308,9 +311,11 @@ def main(argv=None):
     summary = targets(records)
     print(table(records) + ("\n\n" + summary if summary else ""))
     if args.markdown:
-        command = " ".join(["python", "benchmarks/scale.py"] + (argv if argv is not None else sys.argv[1:]))
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from provenance import generated_by
+        head = generated_by([__file__] + (argv if argv is not None else sys.argv[1:]))
         with open(args.markdown, "w") as f:
-            f.write(f"`{command}`\n\n"
+            f.write(head +
                     f"Load (`uptime`) before: {load_before}; after: {uptime()} "
                     f"(on {os.cpu_count()} cores).\n\n{table(records)}\n"
                     + (f"\n{summary}\n" if summary else ""))

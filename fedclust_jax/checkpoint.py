@@ -2,7 +2,8 @@
 
 A checkpoint holds the algorithm states of every restart (one pytree with leading axis R),
 the per-round history so far, the number of rounds done and the run's configuration; a run
-resumed from it continues with the same keys and so equals the uninterrupted run.
+resumed from it continues with the same keys and so equals the uninterrupted run. It imports
+``core.sharding`` (the host gather), so it sits at core's layer (tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -15,13 +16,23 @@ import numpy as np
 
 
 def save(path: str, states, history: dict, rounds_done: int, config: dict):
-    """Writes atomically (a temporary file renamed over ``path``)."""
+    """Writes atomically (a temporary file renamed over ``path``).
+
+    Several processes: every process calls ``save`` together; the states are gathered to
+    the host first (``core.sharding.to_host``, an all-gather of arrays split over other
+    processes' devices) and only process 0 writes. bfloat16 leaves are stored as float32
+    (exact) and cast back by ``load``.
+    """
+    from fedclust_jax.core.sharding import to_host
     leaves = jax.tree.leaves(states)
-    arrays = {f"state_{i}": np.asarray(jax.random.key_data(a) if _is_key(a) else a)
-              for i, a in enumerate(leaves)}
+    keys = [i for i, a in enumerate(leaves) if _is_key(a)]
+    host = to_host([jax.random.key_data(a) if _is_key(a) else a for i, a in enumerate(leaves)])
+    if jax.process_index() != 0:
+        return
+    arrays = {f"state_{i}": _storable(a) for i, a in enumerate(host)}
     arrays.update({f"history_{k}": np.asarray(v) for k, v in history.items()})
     meta = {"rounds_done": rounds_done, "config": config,
-            "keys": [i for i, a in enumerate(leaves) if _is_key(a)]}
+            "keys": keys}
     tmp = path + ".tmp.npz"
     np.savez(tmp, meta=np.frombuffer(json.dumps(meta, default=str).encode(), np.uint8), **arrays)
     os.replace(tmp, path)
@@ -44,6 +55,12 @@ def load(path: str, like_states, config: dict):
             restored.append(jax.random.wrap_key_data(a) if i in meta["keys"] else jax.numpy.asarray(a, like.dtype))
         history = {k[len("history_"):]: f[k] for k in f.files if k.startswith("history_")}
     return jax.tree.unflatten(treedef, restored), history, int(meta["rounds_done"])
+
+
+def _storable(a) -> np.ndarray:
+    """``a`` as numpy in a dtype .npz reads back without pickle (bfloat16 -> float32)."""
+    a = np.asarray(a)
+    return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
 
 
 def _is_key(a) -> bool:

@@ -104,6 +104,8 @@ def build_study(args, *, single: bool) -> dict:
     for name in ("rounds", "seed", "eval_every"):
         if getattr(args, name) is not None:
             study[name] = getattr(args, name)
+    if args.dtype is not None:
+        study["dtype"] = args.dtype
     study["data"] = dict(study.get("data") or {}) if isinstance(study.get("data", {}), dict) else study["data"]
     if isinstance(study["data"], dict):
         study["data"].update(parse_pairs(args.data, "--data"))
@@ -197,6 +199,8 @@ def add_common(p: argparse.ArgumentParser):
     g.add_argument("--checkpoint", help="checkpoint file (.npz) written after every chunk of rounds and "
                                         "resumed from when it exists (several algorithms: one file each, "
                                         "<stem>-<label>.npz)")
+    g.add_argument("--dtype", help="storage of params and data: float32 (default) or bfloat16 "
+                   "(losses, aggregates and optimizer state stay float32)")
     g.add_argument("--devices", type=CliText, help="split the clients over this many devices (default one)")
     g = p.add_argument_group("output")
     g.add_argument("--output", help="write results (config, metrics, history) to this JSON file")

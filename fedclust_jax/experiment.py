@@ -26,8 +26,10 @@ from fedclust_jax.presets import default_model
 from fedclust_jax.progress import ChunkSchedule, Progress, chunk_length  # noqa: F401 (re-exported)
 from fedclust_jax.results import format_table, save_results  # noqa: F401 (re-exported)
 from fedclust_jax.algorithms.registry import ALGORITHMS, build_algorithm, make_config
+from fedclust_jax.data.federated import check_dtype
 from fedclust_jax.data.points import true_points
 from fedclust_jax.data.registry import DATASETS, build_dataset
+from fedclust_jax.models.base import with_dtype
 from fedclust_jax.models.registry import build_model
 
 
@@ -41,6 +43,8 @@ class ExperimentConfig:
     time so that progress comes at least every 10 s, ``progress.ChunkSchedule``).
     eval_every: E records the evaluation curves every E rounds inside the scan
     (``eval_record``; None: no curves).
+    dtype: storage of params and data, "float32" or "bfloat16" (losses, per-cluster sums,
+    optimizer state and metrics stay float32; ``models.base.with_dtype``, ``data.astype``).
 
     Every value is type- and range-checked on construction (``config_check``), before any
     data is built; values typed on the command line (``CliText``) are converted.
@@ -57,6 +61,7 @@ class ExperimentConfig:
     restarts: int = 1
     rounds_per_chunk: int | None = None
     eval_every: int | None = None
+    dtype: str = "float32"
 
     def __post_init__(self):
         if not isinstance(self.dataset, str) or self.dataset not in DATASETS:
@@ -67,6 +72,7 @@ class ExperimentConfig:
             object.__setattr__(self, key, config_check.check_study_value(key, getattr(self, key)))
         if self.rounds < 0:
             raise ValueError(f"rounds must be an integer >= 0, got {self.rounds!r}")
+        object.__setattr__(self, "dtype", check_dtype(self.dtype))
         model = config_check.check_study_value("model", self.model)
         object.__setattr__(self, "model", model if model is not None else default_model(self.dataset))
         object.__setattr__(self, "data", registry_check.check_data(self.dataset, self.data))
@@ -307,7 +313,7 @@ def _flat_cluster_params(params):
     leaves = jax.tree.leaves(params)
     if len(leaves) != 1:
         return None
-    return np.asarray(leaves[0]).reshape(leaves[0].shape[0], -1)
+    return np.asarray(leaves[0], np.float32).reshape(leaves[0].shape[0], -1)
 
 
 def resolve_layout(alg, data, *, restarts: int = 1, devices: int | None = None,
@@ -360,8 +366,13 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
     root = jax.random.key(cfg.seed)
     if data is None:
         data = build_dataset(cfg.dataset, jax.random.fold_in(root, 0), **cfg.data)
-    model = build_model(cfg.model, data, **cfg.model_args)
+    if cfg.dtype != "float32":   # params and data stored in cfg.dtype
+        data = data.astype(cfg.dtype)
+    model = with_dtype(build_model(cfg.model, data, **cfg.model_args), cfg.dtype)
     alg = build_algorithm(cfg.algorithm, model, cfg.params, data)
+    if cfg.dtype != "float32":   # an algorithm that promotes bf16 state: one line, no traceback
+        from fedclust_jax.core.memory import check_state_dtypes
+        check_state_dtypes(alg, data)
     alg, layout = resolve_layout(alg, data, restarts=cfg.restarts, devices=devices,
                                  memory_limit=memory_limit)
     mesh, host_data, to_host = None, data, lambda tree: tree
@@ -406,7 +417,7 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
 
 
 STUDY_KEYS = ("dataset", "data", "model", "model_args", "rounds", "seed", "restarts",
-              "rounds_per_chunk", "eval_every", "algorithms")
+              "rounds_per_chunk", "eval_every", "dtype", "algorithms")
 
 
 def study_configs(study: dict) -> list[tuple[str, ExperimentConfig]]:
@@ -430,7 +441,8 @@ def study_configs(study: dict) -> list[tuple[str, ExperimentConfig]]:
         if key in study and not isinstance(study[key], dict):
             raise ValueError(f"'{key}' must be a table {{parameter: value}}, got {study[key]!r}")
     shared = {k: study[k] for k in ("dataset", "data", "model", "model_args", "rounds", "seed",
-                                    "restarts", "rounds_per_chunk", "eval_every") if k in study}
+                                    "restarts", "rounds_per_chunk", "eval_every", "dtype")
+              if k in study}
     out = []
     for label, params in algorithms.items():
         if params is not None and not isinstance(params, dict):

@@ -1,12 +1,13 @@
 """The package's imports flow one way (DESIGN.md section 1):
 
-    data, models, metrics, checkpoint  ->  core  ->  attacks  ->  algorithms
+    data, models, metrics  ->  core, checkpoint  ->  attacks  ->  algorithms
         ->  experiment, presets  ->  cli (and __main__)
 
-A module may import its own layer or any layer below, never one above. metrics,
-checkpoint, progress (progress lines, chunk schedule) and config_check (typed conversion
-of values) import nothing of the package, so they sit at the bottom with data and models
-where every layer may use them; presets, registry_check (parameters checked against the
+A module may import its own layer or any layer below, never one above. metrics, progress
+(progress lines, chunk schedule) and config_check (typed conversion of values) import
+nothing of the package, so they sit at the bottom with data and models where every layer
+may use them; checkpoint gathers sharded states with ``core.sharding.to_host``, so it sits
+at core's layer; presets, registry_check (parameters checked against the
 registries) and results (tables, JSON) are at experiment's level. Every ``import``
 statement counts, also those
 inside functions (walked with ``ast``, nothing is imported)."""
@@ -18,7 +19,7 @@ import sys
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "fedclust_jax"
-LAYERS = {"data": 0, "models": 0, "metrics": 0, "checkpoint": 0, "core": 1, "attacks": 2,
+LAYERS = {"data": 0, "models": 0, "metrics": 0, "checkpoint": 1, "core": 1, "attacks": 2,
           "algorithms": 3, "config_check": 0, "registry_check": 4, "experiment": 4, "presets": 4, "progress": 0,
           "results": 4, "cli": 5, "__main__": 5, "__version__": 0,
           "__init__": 5}

@@ -63,7 +63,10 @@ def personal_step(model, local, lam, lr, steps, v, w, x, y, count, key):
     """``steps`` proximal steps on one client's personal model v toward the global w."""
     def step(v, s):
         g = client_gradient(model, local, v, x, y, count, jax.random.fold_in(key, s))
-        return jax.tree.map(lambda a, ga, wa: a - lr * (ga + lam * (a - wa)), v, g, w), None
+        # in float32, rounded to v's dtype (bf16 with --dtype bfloat16)
+        up = lambda a, ga, wa: (a.astype(jnp.float32)
+                                - lr * (ga + lam * (a.astype(jnp.float32) - wa))).astype(a.dtype)
+        return jax.tree.map(up, v, g, w), None
     return lax.scan(step, v, jnp.arange(steps))[0]
 
 

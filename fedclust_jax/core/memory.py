@@ -5,10 +5,15 @@ Estimate (bytes; R restarts, P parameters, M participants, layout chunk c):
   data        every array of the ``FederatedData`` pytree, stored once
   state       2 x R x the algorithm state (the round's input and output; donation lets XLA
               reuse the input, the factor 2 keeps a margin)
-  chunk work  R x c x (3 P + one client's data + activations), c = M for one vmap;
-              activations = 2 x every intermediate of one forward pass (from its jaxpr)
-  per-client  R x M x P x 4 bytes x factor for rules that keep per-client vectors
+  chunk work  R x c x (P + 2 P32 + one client's data + activations), c = M for one vmap;
+              P: one model in its stored dtype (the client's start), P32: one model in
+              float32 (local training's master copy and gradient, ``core.train.local_train``);
+              activations = 2 x every intermediate of one forward pass (from its jaxpr, so
+              in the data's and params' dtype)
+  per-client  R x M x P x factor for rules that keep per-client vectors
               (``alg.client_vectors``: 1 for BR-IFCA's gradients, ...)
+Every term counts the arrays' own dtypes: with ``--dtype bfloat16`` the data (float pool or
+arrays), the state and P take 2 bytes per value, P32 still 4.
 Only shapes are traced (``jax.eval_shape``, ``jax.make_jaxpr``); nothing is compiled.
 """
 
@@ -86,7 +91,8 @@ def estimate(alg, data, *, restarts: int = 1, chunk=None) -> dict:
     m = max(1, int(math.floor(participation * n + 0.5)))
     one = jax.eval_shape(lambda d: d.train_client(0), data)    # never materialises views
     x_one = jax.ShapeDtypeStruct(one[0].shape, one[0].dtype)
-    client = 3 * p_bytes + tree_bytes(one) + activation_bytes(model, params, x_one)
+    p32_bytes = 4 * sum(math.prod(a.shape) for a in jax.tree.leaves(params))
+    client = p_bytes + 2 * p32_bytes + tree_bytes(one) + activation_bytes(model, params, x_one)
     state = tree_bytes(jax.eval_shape(alg.init, jax.random.key(0), data))
     width = m if chunk is None else min(chunk, m)
     out = {"data": tree_bytes(data), "state": 2 * restarts * state,
@@ -117,3 +123,28 @@ def fit_chunk(alg, data, *, restarts: int, available: int | None, chunk=None):
     while c > 1 and estimate(alg, data, restarts=restarts, chunk=c)["total"] > available:
         c //= 2
     return c
+
+
+def check_state_dtypes(alg, data):
+    """Raises ValueError (one line) when a round of ``alg`` returns a state leaf in another
+    dtype than it was given (an algorithm whose own update arithmetic is not yet written
+    for bf16 params promotes them to float32). Traced from shapes (``jax.eval_shape``),
+    nothing compiled; run before a ``--dtype bfloat16`` run."""
+    name = getattr(alg, "name", type(alg).__name__)
+    state = jax.eval_shape(alg.init, jax.random.key(0), data)
+    try:
+        new, _ = jax.eval_shape(alg.round, state, jax.random.key(1), data)
+    except TypeError as e:   # a loop inside the round promotes its carry
+        if "carry input and carry output must have equal types" not in str(e):
+            raise
+        raise ValueError(f"algorithm {name!r} does not keep its state in its stored dtype "
+                         f"(a loop inside its round promotes it); run it with --dtype float32"
+                         ) from None
+    flat_in = jax.tree_util.tree_flatten_with_path(state)[0]
+    flat_out = jax.tree.leaves(new)
+    for (path, a), b in zip(flat_in, flat_out):
+        if a.dtype != b.dtype:
+            raise ValueError(
+                f"algorithm {name!r} does not keep its state "
+                f"in {a.dtype} (state{jax.tree_util.keystr(path)} becomes {b.dtype} after a "
+                f"round); run it with --dtype float32")

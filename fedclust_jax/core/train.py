@@ -69,7 +69,7 @@ def training_loss(model, cfg: LocalTraining, params, x, y, mask):
     loss = model.loss(params, x, y, mask)
     if not is_static_zero(cfg.weight_decay):
         loss = loss + 0.5 * cfg.weight_decay * sum(
-            jnp.sum(a ** 2) for a in jax.tree.leaves(params))
+            jnp.sum(a.astype(jnp.float32) ** 2) for a in jax.tree.leaves(params))
     return loss
 
 
@@ -93,11 +93,21 @@ def local_train(model, cfg: LocalTraining, params, x, y, count, key, lr):
     """``cfg.steps`` optimizer steps on one client from ``params``.
 
     params: one model's params; x [n_max, ...], y [n_max], count: scalar int; lr: scalar.
-    Returns the client's new params.
+    Returns the client's new params, in the params' own dtypes.
+
+    Precision: the steps update a float32 copy of the params (master weights) with float32
+    optimizer state; each gradient is taken through a cast of that copy to the params'
+    stored dtype, so the forward and backward passes run in that dtype (bf16 with bf16
+    params) and the gradient arrives in float32. The result is rounded back to the stored
+    dtype once, at the end. With float32 params every cast is the identity.
     """
     n_max = x.shape[0]
     opt = cfg.optimizer_for(lr)
-    grad_fn = jax.grad(lambda p, xb, yb, m: training_loss(model, cfg, p, xb, yb, m))
+    dtypes = jax.tree.map(lambda a: a.dtype, params)
+    stored = lambda p: jax.tree.map(lambda a, d: a.astype(d), p, dtypes)
+    params = jax.tree.map(
+        lambda a: a.astype(jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating) else a, params)
+    grad_fn = jax.grad(lambda p, xb, yb, m: training_loss(model, cfg, stored(p), xb, yb, m))
     full_mask = example_mask(count, n_max)
     order = None if cfg.batch_size is None else shuffled_order(key, count, n_max)
 
@@ -112,7 +122,7 @@ def local_train(model, cfg: LocalTraining, params, x, y, count, key, lr):
         return (optax.apply_updates(p, updates), opt_state), None
 
     (params, _), _ = lax.scan(step, (params, opt.init(params)), jnp.arange(cfg.steps))
-    return params
+    return stored(params)
 
 
 def client_gradient(model, cfg: LocalTraining, params, x, y, count, key):

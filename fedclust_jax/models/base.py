@@ -2,6 +2,10 @@
 
 Modules are written with Flax NNX; ``from_nnx`` splits one once into its graph and params
 and keeps only the params (a plain nested dict of arrays) for ``jit``, ``vmap`` and ``scan``.
+
+Precision: ``with_dtype(model, "bfloat16")`` stores the params in bf16 (the forward pass
+then runs in bf16 on bf16 data); losses and accuracies upcast the outputs to float32 first,
+so every loss, metric and gradient reduction that follows is float32.
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ class Model:
     head: tuple[str, ...] = ()
 
     def example_losses(self, params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
-        """Per-example loss [n]."""
-        out = self.apply(params, x)
+        """Per-example loss [n] float32 (outputs upcast before the loss)."""
+        out = self.apply(params, x).astype(jnp.float32)
         if self.task == "regression":
             return (y - out.reshape(y.shape)) ** 2
         return optax.softmax_cross_entropy_with_integer_labels(out, y)
@@ -47,8 +51,9 @@ class Model:
         return jnp.sum(per * w) / jnp.maximum(jnp.sum(w), 1.0)
 
     def loss_and_accuracy(self, params, x, y, mask) -> tuple[jax.Array, jax.Array]:
-        """(mean loss, mean accuracy) over the real examples; accuracy is 0 for regression."""
-        out = self.apply(params, x)
+        """(mean loss, mean accuracy) over the real examples, float32; accuracy is 0 for
+        regression."""
+        out = self.apply(params, x).astype(jnp.float32)
         w = mask.astype(jnp.float32)
         denom = jnp.maximum(jnp.sum(w), 1.0)
         if self.task == "regression":
@@ -106,6 +111,24 @@ def dense_init_kwargs(init: str, fan_in: int) -> dict:
     if init == "flax":
         return {}
     return dict(kernel_init=torch_uniform(fan_in), bias_init=torch_uniform(fan_in))
+
+
+def cast_floats(tree, dtype):
+    """``tree`` with every floating-point leaf cast to ``dtype`` (integer leaves unchanged)."""
+    return jax.tree.map(
+        lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
+
+
+def with_dtype(model, dtype):
+    """``model`` whose ``init`` returns params stored as ``dtype`` ("float32" or
+    "bfloat16"; the initialisation is drawn in float32 and rounded once). float32 returns
+    ``model`` itself. Works for any model dataclass with an ``init`` field."""
+    from fedclust_jax.data.federated import check_dtype
+    name = check_dtype(dtype)
+    if name == "float32":
+        return model
+    init = model.init
+    return dataclasses.replace(model, init=lambda key: cast_floats(init(key), name))
 
 
 def num_params(params: Params) -> int:

@@ -70,7 +70,7 @@ class FlowModel:
         dequantization noise when ``dequantize`` > 0; 0 where all weights are 0."""
         if self.dequantize > 0:
             x = x + self.dequantize * jax.random.uniform(key, x.shape)
-        per = -self.log_prob(params, x)
+        per = -self.log_prob(params, x).astype(jnp.float32)
         return jnp.sum(per * weight) / jnp.maximum(jnp.sum(weight), 1.0)
 
 

@@ -75,6 +75,7 @@ class StatefulModel(Model):
         return self._masked_mean(self._per_example(out, y), mask), new_state
 
     def _per_example(self, out, y):
+        out = out.astype(jnp.float32)   # float32 losses under bf16 params
         if self.task == "regression":
             return (y - out.reshape(y.shape)) ** 2
         return optax.softmax_cross_entropy_with_integer_labels(out, y)

@@ -4,7 +4,7 @@
 
 Every process joins through ``jax.distributed.initialize`` (CPU collectives: gloo), builds the
 same data from the same seed and runs ``run_experiment`` over all processes' devices;
-process 0 writes the result to OUT_JSON."""
+process 0 writes the result to OUT_JSON and the run's checkpoint to OUT_JSON.ckpt.npz."""
 
 import json
 import os
@@ -28,7 +28,9 @@ def main():
     import jax
 
     from fedclust_jax.experiment import ExperimentConfig, run_experiment
-    result = run_experiment(ExperimentConfig(**CONFIG), progress=False, devices=jax.device_count())
+    # the checkpoint is written after every chunk: gathered from both processes, by process 0
+    result = run_experiment(ExperimentConfig(**CONFIG), progress=False, devices=jax.device_count(),
+                            checkpoint=out_path + ".ckpt.npz")
     result["process_count"] = jax.process_count()
     result["device_count"] = jax.device_count()
     if jax.process_index() == 0:

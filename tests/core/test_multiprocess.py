@@ -57,3 +57,11 @@ def test_two_processes_equal_one(tmp_path):
     for key in ("test_loss", "misclustering", "param_error"):
         np.testing.assert_allclose(two["metrics"][key], one["metrics"][key], rtol=1e-5)
     assert one["metrics"]["misclustering"] == 0.0  # the run does cluster: the match is not trivial
+    # the checkpoint of the sharded states: gathered whole, written by process 0
+    with np.load(out_path + ".ckpt.npz") as ck:
+        meta = json.loads(bytes(ck["meta"]).decode())
+        assert meta["rounds_done"] == CONFIG["rounds"]
+        np.testing.assert_allclose(ck["history_train_loss"][two["restarts"]["chosen"]],
+                                   two["history"]["train_loss"], rtol=1e-6)
+        shapes = [ck[k].shape for k in ck.files if k.startswith("state_")]
+        assert (CONFIG["restarts"], CONFIG["data"]["num_clients"]) in shapes  # assign [R, N]
