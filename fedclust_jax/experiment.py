@@ -350,6 +350,23 @@ def resolve_layout(alg, data, *, restarts: int = 1, devices: int | None = None,
     return alg, layout
 
 
+def stored_data(cfg: ExperimentConfig, data):
+    """``data`` stored in ``cfg.dtype`` (unchanged for float32)."""
+    return data if cfg.dtype == "float32" else data.astype(cfg.dtype)
+
+
+def build_run_algorithm(cfg: ExperimentConfig, data):
+    """The algorithm of ``cfg`` on ``data`` (already ``stored_data``): its model with params
+    stored in ``cfg.dtype``; with bfloat16, an algorithm whose round promotes its state to
+    float32 is refused here with one line (``core.memory.check_state_dtypes``)."""
+    model = with_dtype(build_model(cfg.model, data, **cfg.model_args), cfg.dtype)
+    alg = build_algorithm(cfg.algorithm, model, cfg.params, data)
+    if cfg.dtype != "float32":
+        from fedclust_jax.core.memory import check_state_dtypes
+        check_state_dtypes(alg, data)
+    return alg
+
+
 def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
                    checkpoint: str | None = None, devices: int | None = None,
                    memory_limit: int | None = None) -> dict:
@@ -366,13 +383,8 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
     root = jax.random.key(cfg.seed)
     if data is None:
         data = build_dataset(cfg.dataset, jax.random.fold_in(root, 0), **cfg.data)
-    if cfg.dtype != "float32":   # params and data stored in cfg.dtype
-        data = data.astype(cfg.dtype)
-    model = with_dtype(build_model(cfg.model, data, **cfg.model_args), cfg.dtype)
-    alg = build_algorithm(cfg.algorithm, model, cfg.params, data)
-    if cfg.dtype != "float32":   # an algorithm that promotes bf16 state: one line, no traceback
-        from fedclust_jax.core.memory import check_state_dtypes
-        check_state_dtypes(alg, data)
+    data = stored_data(cfg, data)
+    alg = build_run_algorithm(cfg, data)
     alg, layout = resolve_layout(alg, data, restarts=cfg.restarts, devices=devices,
                                  memory_limit=memory_limit)
     mesh, host_data, to_host = None, data, lambda tree: tree

@@ -45,17 +45,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedclust_jax.algorithms import hparams
-from fedclust_jax.algorithms.registry import (ALGORITHMS, accepted_params, build_algorithm,
-                                              effective_params)
-from fedclust_jax.experiment import (check_fits_data, curve_rounds, curves_from_records,
-                                     effective_data, eval_spec, load_study_data,
-                                     resolve_layout, scan_rounds, split_history,
-                                     study_configs, summarize)
-from fedclust_jax.models.registry import build_model
+from fedclust_jax.algorithms.registry import ALGORITHMS, accepted_params, effective_params
+from fedclust_jax.experiment import (build_run_algorithm, check_fits_data, curve_rounds,
+                                     curves_from_records, effective_data, eval_spec,
+                                     load_study_data, resolve_layout, scan_rounds,
+                                     split_history, stored_data, study_configs, summarize)
 
 MODES = ("product", "zip")
-GLOBAL_PATHS = ("seed", "rounds", "restarts", "eval_every", "model")
-PATH_HELP = ("seed, rounds, restarts, eval_every, model, data.<parameter>, "
+GLOBAL_PATHS = ("seed", "rounds", "restarts", "eval_every", "model", "dtype")
+PATH_HELP = ("seed, rounds, restarts, eval_every, model, dtype, data.<parameter>, "
              "model_args.<parameter> or <algorithm label>.<parameter>")
 
 
@@ -167,7 +165,7 @@ def _number(value) -> bool:
 
 
 def _data_key(cfg) -> str:
-    return json.dumps([cfg.dataset, cfg.data, cfg.seed], sort_keys=True, default=str)
+    return json.dumps([cfg.dataset, cfg.data, cfg.seed, cfg.dtype], sort_keys=True, default=str)
 
 
 def _shape_key(data) -> str:
@@ -195,7 +193,7 @@ def plan(study: dict) -> tuple[list[str], list[dict], dict]:
             seen.add(key)
             dkey = _data_key(cfg)
             if dkey not in datas:
-                datas[dkey] = load_study_data(cfg)
+                datas[dkey] = stored_data(cfg, load_study_data(cfg))
             where = ", ".join(f"{p} = {_show(v)}" for p, v in values.items())
             try:
                 check_fits_data(label, cfg, datas[dkey])
@@ -211,8 +209,7 @@ def plan(study: dict) -> tuple[list[str], list[dict], dict]:
                               default=str)
             if gkey not in groups:            # the settings that need the data, before compute
                 try:
-                    model = build_model(cfg.model, datas[dkey], **cfg.model_args)
-                    build_algorithm(cfg.algorithm, model, cfg.params, datas[dkey])
+                    build_run_algorithm(cfg, datas[dkey])
                 except ValueError as e:
                     raise ValueError(f"sweep point ({where}): {label}: {e}") from None
                 groups[gkey] = {"label": label, "cfg": cfg, "traced": traced, "items": []}
@@ -270,8 +267,7 @@ def run_group(g: int, group: dict, datas: dict, *, memory_limit=None, max_points
     items, cfg0 = group["items"], group["cfg"]
     point_data = [datas[_data_key(cfg)] for _, _, cfg in items]
     data0 = point_data[0]
-    model = build_model(cfg0.model, data0, **cfg0.model_args)
-    alg = build_algorithm(cfg0.algorithm, model, cfg0.params, data0)
+    alg = build_run_algorithm(cfg0, data0)
     alg, layout = resolve_layout(alg, data0, restarts=cfg0.restarts, memory_limit=memory_limit)
     unique = list({_data_key(cfg): datas[_data_key(cfg)] for _, _, cfg in items}.values())
     shared = _same(unique)
@@ -318,7 +314,8 @@ def _row(label, point, g, paths, cfg, data, metrics, curves, wall) -> dict:
     eff_params = effective_params(cfg.algorithm, cfg.params, data)
     eff_data = effective_data(cfg)
     setting = {"dataset": cfg.dataset, "model": cfg.model, "rounds": cfg.rounds,
-               "restarts": cfg.restarts, "eval_every": cfg.eval_every, "seed": cfg.seed}
+               "restarts": cfg.restarts, "eval_every": cfg.eval_every, "dtype": cfg.dtype,
+               "seed": cfg.seed}
     row = {"algorithm": label, "algorithm_name": cfg.algorithm, "point": point, "program": g}
     for path in paths:
         if not _applies(path, label):
