@@ -103,7 +103,8 @@ class BRIFCAConfig(ByzantineSetting):
     method: str = "auto"
     chunk: int | str | None = "auto"
 
-    TRACED: typing.ClassVar[tuple[str, ...]] = ("trim_frac", "projection_radius", "krum_frac", "clip_tau") + ByzantineSetting.TRACED
+    TRACED: typing.ClassVar[tuple[str, ...]] = (
+        ("trim_frac", "projection_radius", "krum_frac", "clip_tau") + ByzantineSetting.TRACED)
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

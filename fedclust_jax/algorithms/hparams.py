@@ -64,5 +64,6 @@ def traced_params(algorithm: str) -> tuple[str, ...]:
     "srfca" -> ("lam", "beta", "lr", ...)); ValueError for an unknown name."""
     from fedclust_jax.algorithms.registry import ALGORITHMS
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; available: {', '.join(sorted(ALGORITHMS))}")
+        raise ValueError(f"unknown algorithm {algorithm!r}; available: "
+                         f"{', '.join(sorted(ALGORITHMS))}")
     return traced_names(ALGORITHMS[algorithm].config_cls)

@@ -113,12 +113,12 @@ class SRFCAConfig:
     local: LocalTraining = LocalTraining()
     chunk: int | str | None = "auto"
 
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("lam", "beta")
+
     def resolved(self) -> "SRFCAConfig":
         """This config with every variant-controlled field that is None set by ``variant``."""
         fill = {k: v for k, v in VARIANTS[self.variant].items() if getattr(self, k) is None}
         return dataclasses.replace(self, **fill) if fill else self
-
-    TRACED: typing.ClassVar[tuple[str, ...]] = ("lam", "beta")
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
