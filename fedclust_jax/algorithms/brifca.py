@@ -25,6 +25,7 @@ machines participate, nothing is gathered).
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -84,7 +85,8 @@ class BRIFCAConfig(ByzantineSetting):
     step, init, projection_radius: see module docstring; byz_frac: Byzantine fraction alpha;
     attack / attack_scale / attack_std / attack_eps / attack_z / placement: see
     ``fedclust_jax.attacks``; krum_frac, clip_tau, clip_iters, gm_iters: other rules'
-    settings; method: coordinate-wise sorting backend; chunk: clients per vectorized chunk."""
+    settings; method: coordinate-wise sorting backend; chunk: clients per vectorized chunk;
+    static: byz_frac (which clients are Byzantine, a count)."""
 
     num_clusters: int = 2
     aggregator: str = "trimmed_mean"
@@ -100,6 +102,9 @@ class BRIFCAConfig(ByzantineSetting):
     gm_iters: int = 10
     method: str = "auto"
     chunk: int | str | None = "auto"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = (
+        ("trim_frac", "projection_radius", "krum_frac", "clip_tau") + ByzantineSetting.TRACED)
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

@@ -17,6 +17,7 @@ Clusters live on a static ``k_max`` axis with an ``active`` prefix mask.
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +49,8 @@ class CFLConfig:
     k_max: int = 8
     local: LocalTraining = LocalTraining()
     chunk: int | str | None = "auto"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("eps1", "eps2")
 
     def __post_init__(self):
         if not (self.eps1 >= 0 and self.eps2 >= 0):

@@ -54,6 +54,7 @@ among restarts: ``objective`` is NaN and the runner keeps the first restart.
 from __future__ import annotations
 
 import dataclasses
+import typing
 import functools
 import math
 import time
@@ -106,6 +107,8 @@ class ClusterGANConfig:
     eval_batch: int = 1024
     width: int = 64
     fc_width: int = 1024
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("noise_std", "beta_n", "beta_c", "gp_weight", "lr")
 
     def __post_init__(self):
         k = self.num_clusters
@@ -249,6 +252,7 @@ class ClusterGAN:
                              f"{nets.noise_dim}; the config has K = {cfg.num_clusters}, "
                              f"noise_dim = {cfg.noise_dim}")
         self.nets, self.cfg = nets, cfg
+        self.model = nets   # ClusterGAN(alg.model, cfg) rebuilds it (``hparams.rebuild``)
         self._round = jax.jit(self.round)
         self._assign = jax.jit(self.assign)
 

@@ -15,6 +15,7 @@ chunk*(P + activations); data read by id, never copied.
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +40,8 @@ class DittoConfig:
     personal_steps: int | None = None
     personal_lr: float | None = None
     chunk: int | str | None = "auto"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("lam", "personal_lr")
 
     def __post_init__(self):
         if self.lam < 0:

@@ -18,6 +18,7 @@ fold_in(client_keys(key, j), i); the attack's noise at client i fold_in(fold_in(
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -62,7 +63,8 @@ class FCConfig(ByzantineSetting):
     byz_frac and attack fields: see ``fedclust_jax.attacks`` (placement is unused);
     chunk: clients per vectorized chunk (memory: chunk x S gradients); tc_method: TC's
     "gram" (default; faster for FC's small groups, benchmarks/results notes) or "points";
-    the same result up to float32 rounding."""
+    the same result up to float32 rounding;
+    static: byz_frac (which clients are Byzantine, a count)."""
 
     local: LocalTraining = LocalTraining(steps=1, lr=0.1)
     tc_iters: int = 10
@@ -72,6 +74,8 @@ class FCConfig(ByzantineSetting):
     num_groups: int = 1
     same_init: bool = True
     chunk: int | str | None = "auto"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("radius", "radius_quantile") + ByzantineSetting.TRACED
 
     def __post_init__(self):
         check_tc_config(self)

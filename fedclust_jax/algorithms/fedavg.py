@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -25,13 +26,16 @@ class FedAvgConfig:
     vectorized chunk ("auto": per backend; None: all at once); sequential: the SR-FCA authors' code, where
     the participants train one after another on one shared model, in random order, and
     the server averages their checkpoints (``core.clients.chain_clients``; False = the
-    paper's FedAvg, all from the global model)."""
+    paper's FedAvg, all from the global model);
+    static: participation (the number of participants, a shape)."""
 
     local: LocalTraining = LocalTraining()
     participation: float = 1.0
     weighting: str = "equal"
     chunk: int | str | None = "auto"
     sequential: bool = False
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
         num_participants(1, self.participation)

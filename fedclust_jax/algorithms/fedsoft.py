@@ -11,6 +11,7 @@ term (as the SR-FCA authors' code). Client i is evaluated with cluster argmax_k 
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +37,8 @@ class FedSoftConfig:
     clients_per_cluster: int = 10
     local: LocalTraining = LocalTraining()
     chunk: int | str | None = "auto"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("sigma",)
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

@@ -5,7 +5,8 @@ arrays (no Python control flow or shapes depend on them); ``LocalTraining.TRACED
 local-training ones for configs with a ``local`` field. A grid over traced values is one
 compiled program: ``with_values`` puts (traced) arrays into a config whose every grid value
 was first checked concretely, by building the config through ``registry.make_config``.
-Structural values (K, local steps, batch size, model, dataset parameters) stay static.
+Structural values (K, local steps, batch size, model, dataset parameters) stay static;
+a config's docstring names the continuous ones that stay static and why.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def _set(obj, changes: dict):
 def with_values(cfg, values: dict):
     """``cfg`` with the flat parameters ``values`` ({name: scalar array, possibly traced})
     replaced, without re-running validation. Every name must be in
-    ``traced_names(type(cfg))``; ValueError otherwise."""
+    ``traced_names(type(cfg))``; ValueError otherwise. A field that is None in ``cfg``
+    (Ditto's personal_lr, BR-IFCA's projection_radius, ...) takes the path of a number."""
     allowed = traced_names(type(cfg))
     bad = sorted(set(values) - set(allowed))
     if bad:
@@ -55,3 +57,13 @@ def rebuild(alg, values: dict):
     """The algorithm ``alg`` (built as ``type(alg)(alg.model, alg.cfg)``) with the traced
     ``values`` in its config."""
     return type(alg)(alg.model, with_values(alg.cfg, values))
+
+
+def traced_params(algorithm: str) -> tuple[str, ...]:
+    """``traced_names`` of the config class of registry algorithm ``algorithm`` (e.g.
+    "srfca" -> ("lam", "beta", "lr", ...)); ValueError for an unknown name."""
+    from fedclust_jax.algorithms.registry import ALGORITHMS
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; available: "
+                         f"{', '.join(sorted(ALGORITHMS))}")
+    return traced_names(ALGORITHMS[algorithm].config_cls)

@@ -22,6 +22,7 @@ assignments int32[N]; no [M, P] array exists. The SR-FCA-code variants (``sequen
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -53,7 +54,8 @@ class IFCAConfig:
     random order on its one shared model and the cluster mean is over their checkpoints
     (``core.clients.chain_clients``); clients_per_cluster (the SR-FCA authors' code,
     instead of ``participation``): every client is reassigned every round and S members
-    of each cluster (all of a smaller one) train."""
+    of each cluster (all of a smaller one) train;
+    static: participation (the number of participants, a shape)."""
 
     num_clusters: int = 2
     option: str = "model"
@@ -65,6 +67,8 @@ class IFCAConfig:
     chunk: int | str | None = "auto"
     sequential: bool = False
     clients_per_cluster: int | None = None
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

@@ -11,6 +11,7 @@ centre), which picks among restarts without labels. k-FED + UIFCA:
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +35,8 @@ class KFedConfig:
     iters: int = 50
     restarts: int = 10
     chunk: int | str | None = "auto"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
         check_clusters(self.num_clusters)
@@ -61,7 +64,7 @@ class KFed:
     clusters_points = True
 
     def __init__(self, model=None, cfg: KFedConfig = KFedConfig()):
-        self.cfg = cfg            # the model is not used: k-FED clusters the raw points
+        self.model, self.cfg = model, cfg   # the model is not used: k-FED clusters the raw points
 
     def init(self, key, data) -> KFedState:
         c = self.cfg

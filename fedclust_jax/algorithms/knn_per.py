@@ -15,6 +15,7 @@ Classification only.
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -29,11 +30,14 @@ FEATURES = ("input", "output")
 @dataclasses.dataclass(frozen=True)
 class KNNPerConfig(FedAvgConfig):
     """FedAvg's settings for the global model, plus lam (weight of the kNN term, in [0, 1]),
-    neighbors (k) and features (``FEATURES``)."""
+    neighbors (k) and features (``FEATURES``);
+    static: participation (the number of participants, a shape)."""
 
     lam: float = 0.5
     neighbors: int = 10
     features: str = "input"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("lam",)
 
     def __post_init__(self):
         super().__post_init__()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +23,8 @@ class LocalConfig:
 
     local: LocalTraining = LocalTraining()
     chunk: int | str | None = "auto"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
         check_chunk(self.chunk)

@@ -10,6 +10,7 @@ with the centroid of its cluster.
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +33,8 @@ class LocalKMeansConfig:
     n_init: int = 4
     local: LocalTraining = LocalTraining()
     chunk: int | str | None = "auto"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

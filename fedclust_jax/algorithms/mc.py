@@ -13,6 +13,7 @@ Byzantine clients (the last round(byz_frac N)) send the attack's vectors.
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +35,8 @@ class MCConfig(ByzantineSetting):
     """num_clusters: K; alpha: weight of the new gradient in the momentum; local: lr = eta;
     tc_iters: l; radius / radius_quantile: TC radius; same_init; byz_frac and attack fields
     (placement unused); chunk; tc_method: TC's "points" (default; its TC runs over all N
-    clients, where the Gram matrix costs N^2 P) or "gram" (``threshold_clustering``)."""
+    clients, where the Gram matrix costs N^2 P) or "gram" (``threshold_clustering``);
+    static: byz_frac (which clients are Byzantine, a count)."""
 
     num_clusters: int = 2
     alpha: float = 0.1
@@ -45,6 +47,8 @@ class MCConfig(ByzantineSetting):
     tc_method: str = "points"
     same_init: bool = True
     chunk: int | str | None = "auto"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("alpha", "radius", "radius_quantile") + ByzantineSetting.TRACED
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

@@ -6,6 +6,7 @@ method open) and x_i -= eta v_{k_i}. Byzantine clients send the attack's vectors
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -22,13 +23,16 @@ from fedclust_jax.core.train import LocalTraining
 @dataclasses.dataclass(frozen=True)
 class MyopicConfig(ByzantineSetting):
     """num_clusters: K; local: lr = eta; kmeans_iters: Lloyd iterations per round;
-    same_init; byz_frac and attack fields (placement unused); chunk."""
+    same_init; byz_frac and attack fields (placement unused); chunk;
+    static: byz_frac (which clients are Byzantine, a count)."""
 
     num_clusters: int = 2
     local: LocalTraining = LocalTraining(steps=1, lr=0.1)
     kmeans_iters: int = 20
     same_init: bool = True
     chunk: int | str | None = "auto"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ByzantineSetting.TRACED
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

@@ -15,6 +15,7 @@ the data.
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +33,8 @@ from fedclust_jax.core.train import LocalTraining, cluster_pass
 class OneShotIFCAConfig:
     """ONE_SHOT options as ``SRFCAConfig`` (lam, lam_quantile, t, metric, graph,
     one_shot_steps, k_max); participation: fraction of clients per IFCA round; local: the
-    clients' training (ONE_SHOT uses it with one_shot_steps steps); chunk: clients per chunk."""
+    clients' training (ONE_SHOT uses it with one_shot_steps steps); chunk: clients per chunk;
+    static: lam_quantile (an index into the sorted distances), participation (a shape)."""
 
     lam: float | None = 1.0
     lam_quantile: float | None = None
@@ -44,6 +46,8 @@ class OneShotIFCAConfig:
     participation: float = 1.0
     local: LocalTraining = LocalTraining()
     chunk: int | str | None = "auto"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("lam",)
 
     def __post_init__(self):
         check_graph_options(lam=self.lam, lam_quantile=self.lam_quantile, t=self.t,

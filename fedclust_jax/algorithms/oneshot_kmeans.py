@@ -17,6 +17,7 @@ code fits liblinear logistic regression in step 1; here step 1 uses the task's o
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +36,8 @@ from fedclust_jax.core.train import LocalTraining, local_train
 class OneShotConfig:
     """num_clusters: k for k-means; erm_steps / erm_lr: the local ERM (full batch);
     kmeans_iters: Lloyd iterations; local, participation, weighting, chunk: the per-cluster
-    FedAvg that follows (as IFCA option II)."""
+    FedAvg that follows (as IFCA option II);
+    static: participation (the number of participants, a shape)."""
 
     num_clusters: int = 2
     erm_steps: int = 100
@@ -45,6 +47,8 @@ class OneShotConfig:
     participation: float = 1.0
     weighting: str = "equal"
     chunk: int | str | None = "auto"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("erm_lr",)
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

@@ -78,10 +78,11 @@ def make_config(config_cls, params: dict, algorithm: str):
         raise ValueError(f"algorithm {algorithm!r} has no parameter(s) {unknown}; "
                          f"it takes {sorted(fields)}")
     params = check_fields(params, fields, f"{algorithm}: ", "parameter")
-    local = {k: v for k, v in params.items() if k in LOCAL_KEYS}
-    rest = {k: v for k, v in params.items() if k not in LOCAL_KEYS}
     names = [f.name for f in dataclasses.fields(config_cls)]
-    if "local" in names:
+    split = "local" in names   # else lr, batch_size, optimizer are the config's own fields
+    local = {k: v for k, v in params.items() if split and k in LOCAL_KEYS}
+    rest = {k: v for k, v in params.items() if k not in local}
+    if split:
         default = _field_default(next(f for f in dataclasses.fields(config_cls) if f.name == "local"))
         rest["local"] = dataclasses.replace(default, **local)
     return config_cls(**rest)

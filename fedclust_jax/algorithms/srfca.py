@@ -48,6 +48,7 @@ trains as far as the paper reports (benchmarks/results/srfca_mnist.md).
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -65,6 +66,7 @@ from fedclust_jax.core.pairwise import (client_cluster_cross_loss, cluster_cross
 from fedclust_jax.core.participation import client_keys, per_cluster_participants
 from fedclust_jax.core.pytree import flatten_stacked, take
 from fedclust_jax.core.robust import cluster_trimmed_mean
+from fedclust_jax.core.traced import concrete
 from fedclust_jax.core.train import LocalTraining, local_train
 
 REFINE_INITS = ("continue", "common", "fresh")
@@ -89,7 +91,8 @@ class SRFCAConfig:
     max_participants, lam_quantile (module docstring). k_max: size of the cluster axis
     (None = N // t, enough for any ONE_SHOT outcome; smaller is faster and keeps only the
     k_max largest ONE_SHOT clusters). ``resolved()`` gives the config with the variant's
-    values filled in."""
+    values filled in;
+    static: lam_quantile (an index into the sorted distances, from float64 rounding)."""
 
     variant: str = "paper"
     lam: float | None = 1.0
@@ -110,10 +113,12 @@ class SRFCAConfig:
     local: LocalTraining = LocalTraining()
     chunk: int | str | None = "auto"
 
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("lam", "beta")
+
     def resolved(self) -> "SRFCAConfig":
         """This config with every variant-controlled field that is None set by ``variant``."""
         fill = {k: v for k, v in VARIANTS[self.variant].items() if getattr(self, k) is None}
-        return dataclasses.replace(self, **fill)
+        return dataclasses.replace(self, **fill) if fill else self
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -124,7 +129,7 @@ class SRFCAConfig:
                                  f"got {getattr(self, name)!r}")
         check_graph_options(lam=self.lam, lam_quantile=self.lam_quantile, t=self.t,
                             metric=self.metric, graph=self.graph or "components")
-        if not 0 <= self.beta < 0.5:
+        if concrete(self.beta) and not 0 <= self.beta < 0.5:
             raise ValueError(f"trimming fraction beta must be in [0, 0.5), got {self.beta}")
         for name in ("one_shot_steps", "rounds_per_refine"):
             v = getattr(self, name)

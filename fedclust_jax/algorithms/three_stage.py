@@ -20,6 +20,7 @@ Byzantine machines are the last round(byz_frac m); they keep their stage-2 clust
 from __future__ import annotations
 
 import dataclasses
+import typing
 import math
 
 import jax
@@ -37,6 +38,7 @@ from fedclust_jax.core.losses import loss_matrix
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked, unflatten_stacked
 from fedclust_jax.core.robust import cluster_trimmed_mean
+from fedclust_jax.core.traced import concrete
 from fedclust_jax.core.train import LocalTraining, local_train
 
 
@@ -65,10 +67,16 @@ def trimmed_kmeans(key, points, k: int, trim_frac: float, iters: int, init=None,
 
 
 def trimmed_cost(points, centers, trim_frac: float):
-    """Sum of the ceil((1 - trim_frac) N) smallest squared distances to the nearest center."""
+    """Sum of the ceil((1 - trim_frac) N) smallest squared distances to the nearest center.
+    A traced ``trim_frac`` keeps a mask over the sorted distances; its count is computed in
+    float32 with a tolerance of 1e-6 N, so that float32's rounding of trim_frac does not
+    add a point where (1 - trim_frac) N is an integer."""
+    n = points.shape[0]
     d = jnp.sort(jnp.min(sq_distances(points, centers), axis=1))
-    keep = max(1, math.ceil((1 - trim_frac) * points.shape[0] - 1e-9))
-    return jnp.sum(d[:keep])
+    if concrete(trim_frac):
+        return jnp.sum(d[:max(1, math.ceil((1 - trim_frac) * n - 1e-9))])
+    keep = jnp.maximum(1, jnp.ceil((1 - trim_frac) * n - 1e-6 * n))
+    return jnp.sum(jnp.where(jnp.arange(n) < keep, d, 0.0))
 
 
 def best_trimmed_kmeans(key, points, k: int, trim_frac: float, iters: int, restarts: int,
@@ -90,7 +98,8 @@ class ThreeStageConfig(ByzantineSetting):
     iterations; kmeans_seeding ("kmeans++" or "random") and kmeans_restarts (best trimmed
     cost kept): stage-2 starts; trim_frac: beta
     of stages 2 and 3; local: stage-3 lr = gamma; byz_frac and
-    attack fields: see ``fedclust_jax.attacks`` (placement unused: clusters are fixed)."""
+    attack fields: see ``fedclust_jax.attacks`` (placement unused: clusters are fixed);
+    static: byz_frac (which clients are Byzantine, a count)."""
 
     num_clusters: int = 2
     erm_steps: int = 100
@@ -101,6 +110,8 @@ class ThreeStageConfig(ByzantineSetting):
     trim_frac: float = 0.05
     local: LocalTraining = LocalTraining(steps=1, lr=0.01)
     chunk: int | str | None = "auto"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("erm_lr", "trim_frac") + ByzantineSetting.TRACED
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

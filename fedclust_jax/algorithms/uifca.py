@@ -44,6 +44,7 @@ benchmarks). Measured behaviour (fixed points, restarts): benchmarks/results/uif
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -90,6 +91,8 @@ class UIFCAConfig:
     assign_with: str = "new"
     chunk: int | str | None = "auto"
     standardize: bool = False
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("lr", "init_noise")
 
     def __post_init__(self):
         check_clusters(self.num_clusters)
@@ -199,6 +202,7 @@ class UIFCA:
             raise ValueError(f"UIFCA needs a flow model (--model affine-flow for vector "
                              f"points, real-nvp for images), got {type(flow).__name__}")
         self.flow, self.cfg = flow, cfg
+        self.model = flow   # UIFCA(alg.model, cfg) rebuilds it (``hparams.rebuild``)
         self._round = jax.jit(self.round)
         self._assign = jax.jit(lambda p, x, c: assign_points(flow, p, x, c, chunk=cfg.chunk))
 

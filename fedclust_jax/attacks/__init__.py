@@ -23,12 +23,14 @@ fewest honest members this round: the worst case of the BR-IFCA theory).
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
 
 from fedclust_jax.attacks import gradient
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
+from fedclust_jax.core.traced import concrete
 
 ATTACKS = ("none", "outlier", "sign_flip", "scaling", "gaussian", "label_flip", "alie", "ipm")
 PLACEMENTS = ("loss", "spread", "smallest")
@@ -52,7 +54,7 @@ class Attack:
             raise ValueError(f"attack must be one of {ATTACKS}, got {self.name!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
-        if self.std < 0:
+        if concrete(self.std) and self.std < 0:
             raise ValueError(f"attack std must be >= 0, got {self.std}")
 
     def eval_params(self, params):
@@ -114,6 +116,9 @@ class ByzantineSetting:
     attack_eps: float = 0.1
     attack_z: float | None = None
     placement: str = "loss"
+
+    TRACED: typing.ClassVar[tuple[str, ...]] = ("attack_scale", "attack_std", "attack_eps",
+                                                "attack_z")
 
 
 def attack_from_config(cfg) -> Attack:

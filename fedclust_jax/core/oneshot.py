@@ -20,6 +20,7 @@ from fedclust_jax.core.losses import loss_matrix
 from fedclust_jax.core.pairwise import client_cross_loss, l2_distances, upper_quantile
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked
+from fedclust_jax.core.traced import concrete
 from fedclust_jax.core.train import LocalTraining, local_train
 
 METRICS = ("cross_loss", "l2")
@@ -29,7 +30,7 @@ ONE_SHOT_INITS = ("common", "independent")
 
 def check_graph_options(*, lam, lam_quantile, t, metric, graph):
     """Raises ValueError on a bad threshold / size / metric / graph option."""
-    if lam_quantile is None and (lam is None or not lam >= 0):
+    if lam_quantile is None and (lam is None or (concrete(lam) and not lam >= 0)):
         raise ValueError(f"threshold lambda must be >= 0 (or give lam_quantile), got {lam!r}")
     if lam_quantile is not None and not 0 <= lam_quantile <= 1:
         raise ValueError(f"lam_quantile must be in [0, 1], got {lam_quantile!r}")

@@ -36,6 +36,7 @@ from jax import lax
 
 from fedclust_jax.core.pairwise import exact_sq_distances, sq_distances
 from fedclust_jax.core.pytree import flatten_stacked, unflatten_stacked
+from fedclust_jax.core.traced import concrete
 
 METHODS = ("auto", "packed", "masked", "numpy")
 MEDIANS = ("mid", "lower")
@@ -207,10 +208,15 @@ def cluster_trimmed_mean(values, assign, previous, beta: float, *, method: str =
     values: pytree [M, ...]; assign int32[M] (-1 = in no cluster); previous: pytree [K, ...].
     In a cluster of c_j members, floor(beta * c_j) values are dropped on each side of every
     coordinate and the rest averaged (BR-IFCA code's rounding; the paper leaves it open);
-    beta = 0 is the mean. 0 <= beta < 0.5. ``method``: sorting backend (module docstring).
+    beta = 0 is the mean. 0 <= beta < 0.5, a float or a traced scalar (the kept ranks are
+    masks, no shape depends on it; not with method "numpy"). ``method``: sorting backend
+    (module docstring).
     """
-    if not 0 <= beta < 0.5:
+    if concrete(beta) and not 0 <= beta < 0.5:
         raise ValueError(f"trimming fraction beta must be in [0, 0.5), got {beta}")
+    if not concrete(beta) and _check_method(method) == "numpy":
+        raise ValueError("method=\"numpy\" takes a concrete trimming fraction beta; use "
+                         "\"packed\" or \"masked\" to trace it")
     return _coordinatewise("trmean", beta, values, assign, previous, method)
 
 
@@ -302,7 +308,7 @@ def cluster_krum(values, assign, previous, *, byz_frac: float = 0.1, multi: bool
     (at least 1). Krum returns the lowest-score member; multi-Krum the mean of the
     c_j - f_j lowest-score members. Distances through a centred Gram matrix; [M, M] memory.
     """
-    if not 0 <= byz_frac < 0.5:
+    if concrete(byz_frac) and not 0 <= byz_frac < 0.5:
         raise ValueError(f"Krum's assumed Byzantine fraction must be in [0, 0.5), got {byz_frac}")
 
     def fn(flat, assign, prev):
@@ -335,7 +341,7 @@ def cluster_centered_clipping(values, assign, previous, *, tau: float, iters: in
     """Centered clipping per cluster (Karimireddy et al. 2021):
     v <- v + (1/c_j) sum_{i in S_j} (z_i - v) min(1, tau / ||z_i - v||), ``iters`` times,
     from ``init`` [K, ...] (default ``previous``, e.g. last round's aggregate / momentum)."""
-    if not tau > 0:
+    if concrete(tau) and not tau > 0:
         raise ValueError(f"clipping radius tau must be > 0, got {tau}")
     start = flatten_stacked(previous if init is None else init, jnp.float32)
 

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from fedclust_jax.core.pairwise import exact_sq_distances
+from fedclust_jax.core.traced import concrete
 
 
 def check_radius(radius, quantile):
@@ -34,7 +35,8 @@ def threshold_clustering(points, centers, *, iters: int, radius=None, quantile=N
       tau_{k,l} = ``radius`` (fixed, scalar or [K]) or the ``quantile`` of {||z_i - v_k||}_i,
       v_k <- (1/N) sum_i (z_i if ||z_i - v_k|| <= tau else v_k)
           =  v_k + (1/N) sum_{i inside} (z_i - v_k).
-    Divides by N, not by the inside count (the paper's rule). ``mask`` bool[N] restricts
+    ``radius`` and ``quantile`` may be traced scalars. Divides by N, not by the inside
+    count (the paper's rule). ``mask`` bool[N] restricts
     the points (N is then the mask's count, e.g. a random subgroup; rows outside it must
     still be finite). Returns v [K, P].
 
@@ -50,7 +52,7 @@ def threshold_clustering(points, centers, *, iters: int, radius=None, quantile=N
     """
     if (radius is None) == (quantile is None):
         raise ValueError("threshold_clustering needs exactly one of radius or quantile")
-    if quantile is not None and not 0 <= quantile <= 1:
+    if quantile is not None and concrete(quantile) and not 0 <= quantile <= 1:
         raise ValueError(f"radius quantile must be in [0, 1], got {quantile}")
     if method not in TC_METHODS:
         raise ValueError(f"TC method must be one of {TC_METHODS}, got {method!r}")

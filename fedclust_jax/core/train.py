@@ -13,6 +13,7 @@ from jax import lax
 from fedclust_jax.core.clients import stream_clients
 from fedclust_jax.data.federated import example_mask
 from fedclust_jax.core.optim import check_optimizer, make_optimizer
+from fedclust_jax.core.traced import concrete
 
 @dataclasses.dataclass(frozen=True)
 class LocalTraining:
@@ -24,7 +25,8 @@ class LocalTraining:
       client's real examples per round (wrapping around; a client with fewer than
       batch_size examples uses all of them, masked).
     optimizer: "sgd" (with optional momentum) or "adam"; its state starts fresh each round.
-    weight_decay: L2 penalty (wd/2)||theta||^2 added to the training loss.
+    weight_decay: L2 penalty (wd/2)||theta||^2 added to the training loss; static (shapes,
+    the program): steps, batch_size, optimizer; the ``TRACED`` fields may be arrays.
     """
 
     steps: int = 10
@@ -40,16 +42,16 @@ class LocalTraining:
     def __post_init__(self):
         if not isinstance(self.steps, int) or self.steps < 1:
             raise ValueError(f"local steps must be an integer >= 1, got {self.steps!r}")
-        if not self.lr > 0:
+        if concrete(self.lr) and not self.lr > 0:
             raise ValueError(f"learning rate must be > 0, got {self.lr!r}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 or None (full batch), got {self.batch_size}")
         check_optimizer(self.optimizer)
-        if not 0 <= self.momentum < 1:
+        if concrete(self.momentum) and not 0 <= self.momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
-        if self.weight_decay < 0:
+        if concrete(self.weight_decay) and self.weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if not 0 < self.lr_decay <= 1:
+        if concrete(self.lr_decay) and not 0 < self.lr_decay <= 1:
             raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
 
     def lr_at(self, round_index) -> jax.Array:
