@@ -343,8 +343,8 @@ def resolve_layout(alg, data, *, restarts: int = 1, devices: int | None = None,
         memory.check_fits(needed, available)
     if requested == AUTO and dataclasses.is_dataclass(alg.cfg) and hasattr(alg, "model"):
         alg = type(alg)(alg.model, dataclasses.replace(alg.cfg, chunk=chunk))
-    # (an algorithm built otherwise, e.g. ClusterGAN from its config alone, keeps "auto",
-    # which map_clients resolves per backend when it runs)
+    # (an algorithm without a dataclass config or a model keeps "auto", which map_clients
+    # resolves per backend when it runs)
     layout = {"requested": requested, "chunk": chunk, "backend": backend, "devices": ndev,
               "estimated_bytes": needed, "available_bytes": available}
     return alg, layout
