@@ -266,7 +266,6 @@ def _show(v) -> str:
 
 
 def _type_name(annotation, default) -> str:
-    import typing
     if annotation is None:
         return "path or none" if default is None else type(default).__name__
     text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
@@ -505,12 +504,18 @@ def main(argv=None) -> int:
                   "learning rate", file=sys.stderr)
             code = 1
     if args.output:
-        written = save_results(results, args.output)
-        if written == args.output:
-            print(f"results written to {args.output}")
-        else:
-            code = 1
+        code = max(code, saved(save_results(results, args.output), args.output,
+                               f"results written to {args.output}"))
     return code
+
+
+def saved(written: str, path: str, message: str) -> int:
+    """Prints ``message`` and returns 0 when the results went to ``path``; 1 when they went
+    to a fallback file (already said on stderr)."""
+    if written != path:
+        return 1
+    print(message)
+    return 0
 
 
 def main_sweep(args) -> int:
@@ -539,11 +544,8 @@ def main_sweep(args) -> int:
               f"{bad[0]['algorithm']} point {bad[0]['point']}; lower the learning rate", file=sys.stderr)
         code = 1
     if args.output:
-        written = save_rows(rows, args.output)
-        if written == args.output:
-            print(f"{len(rows)} rows written to {args.output}")
-        else:
-            code = 1
+        code = max(code, saved(save_rows(rows, args.output), args.output,
+                               f"{len(rows)} rows written to {args.output}"))
     return code
 
 

@@ -140,12 +140,18 @@ def _jsonable(v):
 def save_results(results: list[dict], path: str) -> str:
     """Writes ``results`` as JSON to ``path`` (atomically). If that fails, writes them to
     ``fallback_path(path)`` instead, says so on stderr and returns that path."""
+    return _write_or_fall_back(_write_json, results, path)
+
+
+def _write_or_fall_back(write, obj, path: str) -> str:
+    """``write(obj, path)``; on OSError ``write(obj, fallback_path(path))``, said on stderr.
+    Returns the path written."""
     try:
-        _write_json(results, path)
+        write(obj, path)
         return path
     except OSError as e:
         other = fallback_path(path)
-        _write_json(results, other)
+        write(obj, other)
         print(f"fedclust-jax: could not write {path!r} ({e.strerror or e}); results written to "
               f"{other} instead", file=sys.stderr)
         return other
@@ -213,12 +219,4 @@ def save_rows(rows: list[dict], path: str) -> str:
     """Sweep rows to ``path``: .json, a list of row objects (curves nested); .csv, one line
     per row, scalar columns, lists and the curves JSON-encoded in their cell, empty for
     none. Falls back as ``save_results`` (as JSON) and returns the path written."""
-    try:
-        _write_rows(rows, path)
-        return path
-    except OSError as e:
-        other = fallback_path(path)
-        _write_rows(rows, other)
-        print(f"fedclust-jax: could not write {path!r} ({e.strerror or e}); results written to "
-              f"{other} instead", file=sys.stderr)
-        return other
+    return _write_or_fall_back(_write_rows, rows, path)
