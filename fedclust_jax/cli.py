@@ -21,6 +21,7 @@ examples:
   fedclust-jax compare --dataset femnist --data-dir /path/to/data   # the paper's CNN and settings
   fedclust-jax list                         # datasets, models, algorithms, presets
   fedclust-jax list ifca                    # its parameters: default, type, meaning
+  fedclust-jax sweep --config study.toml --output results.csv   # seeds x parameters grid
 
 config files (JSON or TOML) hold a study: dataset, data {...}, model, model_args {...},
 rounds, seed, restarts, and algorithms {label: {param: value, algorithm: name, restarts: R,
@@ -100,7 +101,7 @@ def build_study(args, *, single: bool) -> dict:
         if unknown and not args.config:
             raise ValueError(f"unknown algorithm {unknown[0]!r}; available: {', '.join(sorted(ALGORITHMS))}")
     study = base_study(args, names)
-    for name in ("rounds", "seed"):
+    for name in ("rounds", "seed", "eval_every"):
         if getattr(args, name) is not None:
             study[name] = getattr(args, name)
     study["data"] = dict(study.get("data") or {}) if isinstance(study.get("data", {}), dict) else study["data"]
@@ -182,6 +183,7 @@ def add_common(p: argparse.ArgumentParser):
     g.add_argument("--rounds", type=CliText, help="communication rounds (default: the dataset's)")
     g.add_argument("--seed", type=CliText, help="root random seed (data and algorithms)")
     g.add_argument("--restarts", type=CliText, help="random initialisations run as a batch; the one with the lowest training objective is reported")
+    add_eval_every(g)
     g = p.add_argument_group("algorithm parameters (applied to every chosen algorithm that has them)")
     g.add_argument("--clusters", type=CliText, help="number of cluster models K")
     g.add_argument("--lr", type=CliText, help="step size gamma")
@@ -200,6 +202,12 @@ def add_common(p: argparse.ArgumentParser):
     g.add_argument("--output", help="write results (config, metrics, history) to this JSON file")
     g.add_argument("--no-progress", action="store_true", help="no progress reports (they go to stderr at "
                                                                "least every 10 s, or every round)")
+
+
+def add_eval_every(g):
+    g.add_argument("--eval-every", type=CliText, metavar="E",
+                   help="record test accuracy/loss, cluster count and sizes, misclustering and ARI "
+                        "every E rounds inside the compiled loop: the results' \"curves\" (default: off)")
 
 
 class OneLineErrors(argparse.ArgumentParser):
@@ -225,6 +233,16 @@ def make_parser() -> argparse.ArgumentParser:
                                       "(accuracy or loss, misclustering, ARI, parameter error, wall time).")
     cmp_.add_argument("--algorithms", help="comma-separated algorithm names (default: the preset's or the dataset's list)")
     add_common(cmp_)
+    swp = sub.add_parser("sweep", help="run a study's [sweep] grid (seeds x parameters) as few compiled programs",
+                         description="Run the grid of a study's [sweep] table ({path: [values]}, product "
+                                     "or mode = \"zip\"); seeds and traced hyperparameters are vmapped in "
+                                     "one program, static values make separate programs. Prints one row "
+                                     "per (algorithm, point, seed); --output writes them as CSV or JSON.")
+    swp.add_argument("--config", required=True, help="study file (.toml or .json) with a [sweep] table")
+    add_eval_every(swp)
+    swp.add_argument("--output", help="write the rows to this .csv (curves JSON-encoded in one column) "
+                                      "or .json file")
+    swp.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     lst = sub.add_parser("list", help="list datasets, models, algorithms and presets; "
                                       "`list NAME`: its parameters with defaults, types and meanings")
     lst.add_argument("name", nargs="?", help="an algorithm, dataset, model or preset")
@@ -430,6 +448,8 @@ def main(argv=None) -> int:
     if args.command == "plot":
         from fedclust_jax.plot import plot_command
         return plot_command(args)
+    if args.command == "sweep":
+        return main_sweep(args)
     from fedclust_jax.config_check import check_study_value
     from fedclust_jax.experiment import checkpoint_paths, run_study, study_configs
     from fedclust_jax.results import format_settings, format_table, save_results
@@ -484,6 +504,40 @@ def main(argv=None) -> int:
         written = save_results(results, args.output)
         if written == args.output:
             print(f"results written to {args.output}")
+        else:
+            code = 1
+    return code
+
+
+def main_sweep(args) -> int:
+    """`fedclust-jax sweep`: every grid value checked, then the programs run; exit 2 on a
+    bad study, 1 when a point diverged or the output went elsewhere."""
+    from fedclust_jax.results import check_rows_path, format_rows, save_rows
+    from fedclust_jax.sweep import parse_sweep, run_sweep
+    try:
+        study = load_config(args.config)
+        if args.eval_every is not None:
+            study["eval_every"] = args.eval_every
+        _, paths, _ = parse_sweep(study)
+        if args.output:
+            check_rows_path(args.output)
+        rows = run_sweep(study, progress=not args.no_progress)
+    except (ValueError, FileNotFoundError) as e:
+        return error(e)
+    except MemoryError as e:
+        return error(f"out of memory ({e}); sweep fewer points or use fewer clients or restarts")
+    print(format_rows(rows, paths))
+    code = 0
+    bad = [r for r in rows if any(isinstance(r.get(k), float) and r[k] != r[k]
+                                  for k in ("test_loss", "test_acc"))]
+    if bad:
+        print(f"fedclust-jax: warning: {len(bad)} point(s) diverged (NaN test metric), e.g. "
+              f"{bad[0]['algorithm']} point {bad[0]['point']}; lower the learning rate", file=sys.stderr)
+        code = 1
+    if args.output:
+        written = save_rows(rows, args.output)
+        if written == args.output:
+            print(f"{len(rows)} rows written to {args.output}")
         else:
             code = 1
     return code

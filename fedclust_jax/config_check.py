@@ -38,7 +38,7 @@ SIZES = {"num_clients", "num_clusters", "n", "n_test", "samples_per_client",
          "batch_size", "chunk", "rounds_per_refine", "neighbors", "n_init", "kmeans_restarts",
          "num_groups", "t", "k_max", "target_clusters", "max_participants", "personal_steps",
          "restarts", "rounds_per_chunk", "devices", "embed", "hidden", "layers", "width",
-         "crop", "one_shot_steps", "erm_steps"}
+         "crop", "one_shot_steps", "erm_steps", "eval_every"}
 
 # name -> (low, low inclusive, high, high inclusive); None = unbounded.
 RANGES = {
@@ -67,7 +67,7 @@ STUDY_TYPES = {"dataset": (str, _MISSING), "data": (dict, _MISSING),
                "model": (str | None, None), "model_args": (dict, _MISSING),
                "rounds": (int, 100), "seed": (int, 0), "restarts": (int, 1),
                "rounds_per_chunk": (int | None, None), "algorithms": (dict, _MISSING),
-               "devices": (int | None, None)}
+               "devices": (int | None, None), "eval_every": (int | None, None)}
 
 
 def _kinds(annotation, default) -> tuple[list[type], bool]:

@@ -39,6 +39,8 @@ class ExperimentConfig:
 
     rounds_per_chunk: rounds compiled into one ``lax.scan`` (None: chosen from measured
     time so that progress comes at least every 10 s, ``progress.ChunkSchedule``).
+    eval_every: E records the evaluation curves every E rounds inside the scan
+    (``eval_record``; None: no curves).
 
     Every value is type- and range-checked on construction (``config_check``), before any
     data is built; values typed on the command line (``CliText``) are converted.
@@ -54,13 +56,14 @@ class ExperimentConfig:
     seed: int = 0
     restarts: int = 1
     rounds_per_chunk: int | None = None
+    eval_every: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.dataset, str) or self.dataset not in DATASETS:
             raise ValueError(f"unknown dataset {self.dataset!r}; available: {', '.join(sorted(DATASETS))}")
         if not isinstance(self.algorithm, str) or self.algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {self.algorithm!r}; available: {', '.join(sorted(ALGORITHMS))}")
-        for key in ("rounds", "seed", "restarts", "rounds_per_chunk"):
+        for key in ("rounds", "seed", "restarts", "rounds_per_chunk", "eval_every"):
             object.__setattr__(self, key, config_check.check_study_value(key, getattr(self, key)))
         if self.rounds < 0:
             raise ValueError(f"rounds must be an integer >= 0, got {self.rounds!r}")
@@ -77,9 +80,132 @@ class ExperimentConfig:
         return dataclasses.asdict(self)
 
 
+def eval_spec(alg, data) -> dict:
+    """What the per-round evaluation of ``alg`` on ``data`` records (host side, static):
+    kind "clients" (client metrics, and cluster sizes where ``alg.clusters_clients``) or
+    "points" (``evaluate`` returns point_assign); bound: the number of cluster ids (the K
+    of "cluster_params", else the number of clients; for points ``cfg.num_clusters``);
+    truth: the number of true clusters (0: unknown)."""
+    shapes = jax.eval_shape(alg.evaluate, jax.eval_shape(alg.init, jax.random.key(0), data), data)
+    if "point_assign" in shapes:
+        bound = getattr(getattr(alg, "cfg", None), "num_clusters", None)
+        truth = 0 if data.point_cluster is None else int(np.asarray(data.point_cluster).max()) + 1
+        return {"kind": "points", "bound": bound, "truth": truth, "task": data.task,
+                "objective": "objective" in shapes}
+    clusters = bool(getattr(alg, "clusters_clients", False)) and "assign" in shapes
+    bound = data.num_clients
+    if "cluster_params" in shapes and jax.tree.leaves(shapes["cluster_params"]):
+        bound = int(jax.tree.leaves(shapes["cluster_params"])[0].shape[0])
+    keys = [k for k in ("test_loss", "assigned_test_loss", "test_acc", "assigned_test_acc")
+            if k in shapes and (k.endswith("loss") or data.task == "classification")]
+    return {"kind": "clients", "bound": bound if clusters else None,
+            "truth": data.num_true_clusters if clusters else 0, "task": data.task, "keys": keys}
+
+
+def _client_mean(values, count):
+    """``metrics.client_mean`` in JAX: mean over clients with data and a finite value."""
+    keep = ~jnp.isnan(values) & (count > 0)
+    return jnp.sum(jnp.where(keep, values, 0.0)) / jnp.sum(keep)
+
+
+def _cluster_table(found, truth, bound: int, classes: int):
+    """int32[bound + 1, classes] counts of (found, truth) over entries with truth >= 0;
+    the last row counts the unassigned (found < 0)."""
+    rows = jax.nn.one_hot(jnp.where(found >= 0, found, bound).ravel(), bound + 1, dtype=jnp.int32)
+    cols = jax.nn.one_hot(truth.ravel(), classes, dtype=jnp.int32)   # -1 -> zeros
+    return rows.T @ cols
+
+
+def eval_record(alg, data, spec: dict, state) -> dict:
+    """One point of the curves, jit-able: client-mean test loss / accuracy (as
+    ``metrics.client_mean``), cluster sizes int32[bound] and their number, and where the
+    truth is known the [bound + 1, truth] contingency table (misclustering, ARI and purity
+    follow on the host, ``curves_from_records``)."""
+    ev = alg.evaluate(state, data)
+    out = {}
+    if spec["kind"] == "points":
+        found = ev["point_assign"]
+        if spec["objective"]:
+            out["objective"] = ev["objective"]
+        if spec["bound"] is not None:
+            out["cluster_sizes"] = jnp.sum(jax.nn.one_hot(found.ravel(), spec["bound"],
+                                                          dtype=jnp.int32), axis=0)
+        if spec["truth"]:
+            real = jnp.arange(found.shape[1])[None, :] < data.count[:, None]
+            truth = jnp.where(real, data.point_cluster, -1)
+            out["table"] = _cluster_table(found, truth, spec["bound"], spec["truth"])
+        return out
+    for k in spec["keys"]:
+        out[k] = _client_mean(ev[k], data.count_test)
+    if spec["bound"] is not None:
+        assign = ev["assign"]
+        out["cluster_sizes"] = jnp.sum(jax.nn.one_hot(assign, spec["bound"], dtype=jnp.int32), axis=0)
+        if spec["truth"]:
+            out["table"] = _cluster_table(assign, data.cluster, spec["bound"], spec["truth"])
+    return out
+
+
+def curve_rounds(rounds: int, eval_every: int | None, start: int = 0) -> list[int]:
+    """Rounds done at each curve point: E, 2E, ... <= rounds (after ``start``)."""
+    if not eval_every:
+        return []
+    return [t + 1 for t in range(start, rounds) if (t + 1) % eval_every == 0]
+
+
+def curves_from_records(records: dict, rounds: list[int], spec: dict) -> dict:
+    """{"round": [...], metric: [...]} from the recorded points (numpy [T, ...] each; T =
+    len(rounds)): the client means, num_clusters_found and cluster_sizes, and from the
+    contingency tables misclustering, ARI and (points) purity."""
+    out = {"round": list(rounds)}
+    for k, v in records.items():
+        if k in ("table", "cluster_sizes"):
+            continue
+        out[k] = [float(x) for x in np.asarray(v, np.float64)]
+    if "cluster_sizes" in records:
+        sizes = np.asarray(records["cluster_sizes"])
+        out["num_clusters_found"] = [int(n) for n in (sizes > 0).sum(axis=1)]
+        out["cluster_sizes"] = sizes.tolist()
+    if "table" in records:
+        tables = np.asarray(records["table"])
+        if spec["kind"] == "points":
+            out["purity"] = [metrics.purity_from_table(t) for t in tables]
+        out["misclustering"] = [metrics.misclustering_from_table(t) for t in tables]
+        out["ari"] = [metrics.ari_from_table(t) for t in tables]
+    return out
+
+
+def scan_rounds(alg, state, rkey, data, ts, *, eval_every: int | None = None,
+                spec: dict | None = None):
+    """``lax.scan`` of ``alg.round`` over round indices ``ts`` (round t's key
+    fold_in(rkey, t)); with ``eval_every`` the metrics also hold "eval.<name>" from
+    ``eval_record`` after rounds t with (t + 1) % E == 0 (zeros elsewhere; one
+    ``lax.cond`` on the unbatched round index, no host sync)."""
+    def body(s, t):
+        s, m = alg.round(s, jax.random.fold_in(rkey, t), data)
+        if eval_every:
+            record = lambda st: eval_record(alg, data, spec, st)
+            blank = lambda st: jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
+                                            jax.eval_shape(record, st))
+            rec = jax.lax.cond((t + 1) % eval_every == 0, record, blank, s)
+            m = {**m, **{f"eval.{k}": v for k, v in rec.items()}}
+        return s, m
+    return jax.lax.scan(body, state, ts)
+
+
+def split_history(history: dict, rounds: list[int], start: int = 0) -> tuple[dict, dict]:
+    """(history without "eval.*", the recorded points [..., T, ...] at ``rounds``) from
+    per-round arrays [..., rounds_run, ...] (axis -1 of the leading [R, t] layout)."""
+    hist = {k: v for k, v in history.items() if not k.startswith("eval.")}
+    idx = np.asarray(rounds, np.int64) - 1 - start
+    recs = {k[len("eval."):]: np.take(np.asarray(v), idx, axis=1)
+            for k, v in history.items() if k.startswith("eval.")}
+    return hist, recs
+
+
 def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
                rounds_per_chunk: int | None = None, progress: bool = True,
-               checkpoint: str | None = None, config: dict | None = None, mesh=None):
+               checkpoint: str | None = None, config: dict | None = None, mesh=None,
+               eval_every: int | None = None):
     """Runs ``rounds`` rounds of ``alg`` for ``restarts`` independent initialisations.
 
     checkpoint: a .npz path written after every chunk; if it exists the run resumes from it
@@ -90,8 +216,11 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
     its rounds through fold_in(k_r, 1) (round t: fold_in(fold_in(k_r, 1), t)), so the init
     and the round keys never share a parent. The round state is donated to each compiled
     chunk of rounds (its buffers are reused for the next state).
+    eval_every: E adds "eval.<name>" entries to the history ([R, rounds, ...], recorded
+    after every E-th round, ``scan_rounds``; ``split_history`` takes them out).
     Returns (final states with leading axis R, per-round metrics dict of [R, rounds] arrays).
     """
+    spec = eval_spec(alg, data) if eval_every else None
     restart_keys = jax.random.split(key, restarts)
     init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(restart_keys)
     round_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(restart_keys)
@@ -115,9 +244,7 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
             states = jax.device_put(states, shardings)
 
     def one_restart(state, rkey, data, ts):
-        def body(s, t):
-            return alg.round(s, jax.random.fold_in(rkey, t), data)
-        return jax.lax.scan(body, state, ts)
+        return scan_rounds(alg, state, rkey, data, ts, eval_every=eval_every, spec=spec)
 
     chunk = jax.jit(jax.vmap(one_restart, in_axes=(0, 0, None, None)), donate_argnums=(0,),
                     **placed)
@@ -248,7 +375,7 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
     states, history = run_rounds(alg, data, jax.random.fold_in(root, 1), rounds=cfg.rounds,
                                  restarts=cfg.restarts, rounds_per_chunk=cfg.rounds_per_chunk,
                                  progress=progress, checkpoint=checkpoint, config=cfg.to_dict(),
-                                 mesh=mesh)
+                                 mesh=mesh, eval_every=cfg.eval_every)
     objective = np.asarray(to_host(jax.jit(jax.vmap(alg.objective, in_axes=(0, None)))(states, data)))
     chosen = int(np.nanargmin(objective)) if np.isfinite(objective).any() else 0
     evaluate_jit = jax.jit(alg.evaluate)
@@ -264,16 +391,22 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
             if all(v is not None for v in vals):
                 restarts_info[f"oracle_best_{key}"] = float(min(vals))
                 restarts_info[key] = vals
-    return {
+    done = curve_rounds(cfg.rounds, cfg.eval_every)
+    history, records = split_history(history, done)
+    out = {
         "algorithm": cfg.algorithm, "config": cfg.to_dict(), "data": host_data.summary(),
         "metrics": result_metrics, "restarts": restarts_info,
         "history": {k: v[chosen].tolist() for k, v in history.items()},
         "wall_s": wall, "layout": layout,
     }
+    if cfg.eval_every:
+        out["curves"] = curves_from_records({k: v[chosen] for k, v in records.items()}, done,
+                                            eval_spec(alg, host_data))
+    return out
 
 
 STUDY_KEYS = ("dataset", "data", "model", "model_args", "rounds", "seed", "restarts",
-              "rounds_per_chunk", "algorithms")
+              "rounds_per_chunk", "eval_every", "algorithms")
 
 
 def study_configs(study: dict) -> list[tuple[str, ExperimentConfig]]:
@@ -282,6 +415,9 @@ def study_configs(study: dict) -> list[tuple[str, ExperimentConfig]]:
     "restarts" and "rounds" (e.g. SR-FCA's REFINE steps) besides its parameters."""
     if not isinstance(study, dict):
         raise ValueError(f"a study must be a table of {list(STUDY_KEYS)}, got {type(study).__name__}")
+    if "sweep" in study:
+        raise ValueError("this study has a [sweep] table; run it with `fedclust-jax sweep "
+                         "--config FILE` (or fedclust_jax.sweep.run_sweep), or remove the table")
     unknown = sorted(set(study) - set(STUDY_KEYS))
     if unknown:
         raise ValueError(f"unknown study key(s) {unknown}; allowed: {list(STUDY_KEYS)}")
@@ -294,7 +430,7 @@ def study_configs(study: dict) -> list[tuple[str, ExperimentConfig]]:
         if key in study and not isinstance(study[key], dict):
             raise ValueError(f"'{key}' must be a table {{parameter: value}}, got {study[key]!r}")
     shared = {k: study[k] for k in ("dataset", "data", "model", "model_args", "rounds", "seed",
-                                    "restarts", "rounds_per_chunk") if k in study}
+                                    "restarts", "rounds_per_chunk", "eval_every") if k in study}
     out = []
     for label, params in algorithms.items():
         if params is not None and not isinstance(params, dict):
@@ -385,7 +521,7 @@ def run_study(study: dict, *, progress: bool = True, checkpoint: str | None = No
                           "model_args": cfg.model_args,
                           "params": effective_params(cfg.algorithm, cfg.params, data),
                           "rounds": cfg.rounds, "seed": cfg.seed, "restarts": cfg.restarts,
-                          "checkpoint": paths[label]}
+                          "eval_every": cfg.eval_every, "checkpoint": paths[label]}
         r["environment"] = env
         results.append(r)
     return results

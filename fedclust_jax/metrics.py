@@ -32,28 +32,49 @@ def misclustering(found, true) -> float:
     found clusters to true clusters (Hungarian). Found clusters may outnumber true ones:
     extra clusters match nothing, their clients count as errors; unassigned (-1) clients
     are always errors."""
-    f, t = _known(found, true)
-    if len(t) == 0:
-        return float("nan")
-    f = np.where(f < 0, -1, f)
-    assigned = f >= 0
-    if not assigned.any():
-        return 1.0
-    table = contingency(f[assigned], t[assigned])
-    rows, cols = linear_sum_assignment(-table)
-    return 1.0 - table[rows, cols].sum() / len(t)
+    return misclustering_from_table(table_with_unassigned(found, true))
 
 
 def adjusted_rand_index(found, true) -> float:
     """Adjusted Rand index (Hubert and Arabie) between two labelings; unassigned clients
     form one group of their own. 1 = identical partitions, about 0 = chance."""
+    return ari_from_table(table_with_unassigned(found, true))
+
+
+def table_with_unassigned(found, true) -> np.ndarray:
+    """[found clusters + 1, true clusters] counts over the entries with true >= 0; the
+    last row counts the unassigned (found < 0) ones."""
     f, t = _known(found, true)
-    n = len(t)
+    f = np.where(f < 0, -1, f)
+    _, f = np.unique(np.concatenate([[-1], f]), return_inverse=True)
+    f = f[1:] - 1                                  # -1 stays -1, found ids become 0..
+    rows = int(f.max()) + 2 if len(f) else 1
+    table = np.zeros((rows, int(t.max()) + 1 if len(t) else 0), np.int64)
+    np.add.at(table, (np.where(f < 0, rows - 1, f), t), 1)
+    return table
+
+
+def misclustering_from_table(table) -> float:
+    """``misclustering`` from a [found + 1, true] table whose last row is the unassigned
+    (``table_with_unassigned``, or the per-round tables the runner records)."""
+    table = np.asarray(table, np.int64)
+    n = int(table.sum())
+    if n == 0:
+        return float("nan")
+    assigned = table[:-1]
+    assigned = assigned[assigned.sum(1) > 0]
+    if len(assigned) == 0:
+        return 1.0
+    rows, cols = linear_sum_assignment(-assigned)
+    return float(1.0 - assigned[rows, cols].sum() / n)
+
+
+def ari_from_table(table) -> float:
+    """``adjusted_rand_index`` from a [found (+ unassigned), true] contingency table."""
+    table = np.asarray(table, np.float64)
+    n = table.sum()
     if n < 2:
         return 1.0
-    _, f = np.unique(f, return_inverse=True)
-    table = np.zeros((f.max() + 1, t.max() + 1), np.int64)
-    np.add.at(table, (f, t), 1)
     comb = lambda a: (a * (a - 1) / 2.0).sum()
     index, a, b = comb(table), comb(table.sum(1)), comb(table.sum(0))
     expected = a * b / (n * (n - 1) / 2.0)
@@ -61,6 +82,15 @@ def adjusted_rand_index(found, true) -> float:
     if top == expected:
         return 1.0
     return float((index - expected) / (top - expected))
+
+
+def purity_from_table(table) -> float:
+    """``purity`` from a [found + 1, true] table whose last row is the unassigned."""
+    table = np.asarray(table, np.int64)
+    n = int(table.sum())
+    if n == 0:
+        return float("nan")
+    return float(table[:-1].max(axis=1, initial=0).sum() / n) if len(table) > 1 else 0.0
 
 
 def _estimate_truth_distances(estimates, truth) -> np.ndarray:

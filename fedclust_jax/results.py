@@ -149,3 +149,76 @@ def save_results(results: list[dict], path: str) -> str:
         print(f"fedclust-jax: could not write {path!r} ({e.strerror or e}); results written to "
               f"{other} instead", file=sys.stderr)
         return other
+
+
+ROW_METRICS = (("test_acc", "acc"), ("test_loss", "loss"), ("purity", "purity"),
+               ("misclustering", "miscl"), ("ari", "ARI"), ("num_clusters_found", "K found"))
+
+
+def format_rows(rows: list[dict], paths: list[str]) -> str:
+    """Compact table of sweep rows: algorithm, the swept paths ("-" where a path does not
+    apply to the algorithm), the seed and the main metrics present."""
+    keys = [p for p in paths if p != "seed"] + ["seed"]
+    cols = [(k, h) for k, h in ROW_METRICS if any(r.get(k) is not None for r in rows)]
+    header = ["algorithm"] + keys + [h for _, h in cols]
+    cell = lambda v: "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+    body = [[r["algorithm"]] + [cell(r.get(k)) for k in keys] + [cell(r.get(k)) for k, _ in cols]
+            for r in rows]
+    widths = [max(len(x[i]) for x in [header] + body) for i in range(len(header))]
+    fmt = lambda row: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body])
+
+
+def row_columns(rows: list[dict]) -> list[str]:
+    """Every key of any row, in order of first appearance (the CSV header)."""
+    return list(dict.fromkeys(k for r in rows for k in r))
+
+
+def _csv_cell(v):
+    if v is None:
+        return ""
+    if isinstance(v, (dict, list, tuple)):
+        return json.dumps(v, default=_jsonable)
+    return v
+
+
+def _write_rows(rows: list[dict], path: str):
+    import csv
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", newline="") as f:
+            if path.endswith(".csv"):
+                cols = row_columns(rows)
+                writer = csv.writer(f)
+                writer.writerow(cols)
+                for r in rows:
+                    writer.writerow([_csv_cell(r.get(c)) for c in cols])
+            else:
+                json.dump(rows, f, indent=1, default=_jsonable)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def check_rows_path(path: str, what: str = "--output"):
+    """A sweep's output must be a writable .csv or .json file."""
+    if not (path.endswith(".csv") or path.endswith(".json")):
+        raise ValueError(f"{what} {path!r}: sweep results are written as .csv or .json; "
+                         "name the file results.csv or results.json")
+    check_output_path(path, what)
+
+
+def save_rows(rows: list[dict], path: str) -> str:
+    """Sweep rows to ``path``: .json, a list of row objects (curves nested); .csv, one line
+    per row, scalar columns, lists and the curves JSON-encoded in their cell, empty for
+    none. Falls back as ``save_results`` (as JSON) and returns the path written."""
+    try:
+        _write_rows(rows, path)
+        return path
+    except OSError as e:
+        other = fallback_path(path)
+        _write_rows(rows, other)
+        print(f"fedclust-jax: could not write {path!r} ({e.strerror or e}); results written to "
+              f"{other} instead", file=sys.stderr)
+        return other
