@@ -31,6 +31,21 @@ def test_eval_every_leaves_the_run_unchanged(ifca_runs):
     assert "curves" not in without
 
 
+def test_eval_every_leaves_the_final_state_unchanged():
+    from fedclust_jax.algorithms.registry import build_algorithm
+    from fedclust_jax.data.registry import build_dataset
+    from fedclust_jax.experiment import run_rounds
+    from fedclust_jax.models.registry import build_model
+    data = build_dataset("synthetic-regression", jax.random.key(0), **TINY)
+    alg = build_algorithm("ifca", build_model("linear", data), {"num_clusters": 2, "lr": 0.05}, data)
+    runs = [run_rounds(alg, data, jax.random.key(1), rounds=3, progress=False, eval_every=e)
+            for e in (None, 1)]
+    for a, b in zip(jax.tree.leaves(runs[0][0]), jax.tree.leaves(runs[1][0])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert set(runs[1][1]) - set(runs[0][1]) == {"eval.test_loss", "eval.assigned_test_loss",
+                                                  "eval.cluster_sizes", "eval.table"}
+
+
 def test_last_curve_point_is_the_final_evaluation(ifca_runs):
     curves, final = ifca_runs[0]["curves"], ifca_runs[0]["metrics"]
     assert curves["round"] == [2, 4]
