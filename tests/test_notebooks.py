@@ -33,7 +33,8 @@ def kernel():
     starter = client(nbformat.v4.new_notebook())
     starter.km = starter.create_kernel_manager()
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    starter.start_new_kernel(env=dict(os.environ, PYTHONPATH=path), cwd=str(NOTEBOOK_DIR))
+    env = dict(os.environ, PYTHONPATH=path, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
+    starter.start_new_kernel(env=env, cwd=str(NOTEBOOK_DIR))
     yield starter.km
     run_sync(starter.km.shutdown_kernel)(now=True)
     run_sync(starter.km.cleanup_resources)()
