@@ -32,7 +32,8 @@ import numpy as np
 # per-round curves, in panel order, with their axis labels
 CURVE_METRICS = {"test_acc": "test accuracy", "test_loss": "test loss",
                  "train_loss": "training loss", "misclustering": "misclustering",
-                 "ari": "ARI", "num_clusters": "non-empty clusters"}
+                 "ari": "ARI", "num_clusters": "non-empty clusters", "purity": "purity",
+                 "objective": "objective"}
 # final metrics a sweep row may hold, in the order the default is picked
 FINAL_METRICS = {"test_acc": "test accuracy", "test_loss": "test loss",
                  "misclustering": "misclustering", "ari": "ARI",
@@ -154,13 +155,27 @@ def to_records(content) -> tuple[str, list[dict]]:
                     curves = None
             final = {k: r[k] for k in FINAL_METRICS
                      if isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)}
-            params = {k: v for k, v in r.items()
-                      if k not in RESERVED and k not in FINAL_METRICS and k not in CURVE_METRICS
-                      and not isinstance(v, (dict, list))}
+            params = _row_params(r)
             records.append({"algorithm": str(r["algorithm"]), "seed": r.get("seed"),
                             "params": params, "final": final,
                             "curves": _clean_curves(curves, r.get("history"))})
     return kind, records
+
+
+def _row_params(row: dict) -> dict:
+    """A sweep row's swept parameters: the paths its "swept" column names (seed apart), or
+    for rows without one, every scalar column that is not reserved or a metric."""
+    swept = row.get("swept")
+    if isinstance(swept, str):
+        try:
+            swept = json.loads(swept)
+        except json.JSONDecodeError:
+            swept = None
+    if isinstance(swept, list):
+        return {k: row.get(k) for k in swept if k != "seed"}
+    return {k: v for k, v in row.items()
+            if k not in RESERVED and k not in FINAL_METRICS and k not in CURVE_METRICS
+            and not isinstance(v, (dict, list))}
 
 
 def load_results(paths) -> tuple[str, list[dict]]:

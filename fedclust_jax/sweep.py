@@ -25,7 +25,7 @@ Keys as ``run_experiment``, so a point equals the single run with its settings.
 Rows (``run_sweep``): one per (algorithm, point, seed) -- points that give an algorithm the
 same configuration (e.g. another algorithm's parameter varies) run once -- holding:
 algorithm (label), algorithm_name, point (index in the grid), program (index of the
-compiled program), the swept paths as columns (e.g. "ifca.lr"), the effective setting
+compiled program), swept (the swept paths that apply to the algorithm), the swept paths as columns (e.g. "ifca.lr"), the effective setting
 (dataset, model, rounds, restarts, eval_every, seed, data.<k>, model_args.<k>,
 params.<k>), the final metrics (``experiment.summarize``: test_loss, test_acc, ...,
 misclustering, ari) and curves (``experiment.curves_from_records``; None without
@@ -316,7 +316,8 @@ def _row(label, point, g, paths, cfg, data, metrics, curves, wall) -> dict:
     setting = {"dataset": cfg.dataset, "model": cfg.model, "rounds": cfg.rounds,
                "restarts": cfg.restarts, "eval_every": cfg.eval_every, "dtype": cfg.dtype,
                "seed": cfg.seed}
-    row = {"algorithm": label, "algorithm_name": cfg.algorithm, "point": point, "program": g}
+    row = {"algorithm": label, "algorithm_name": cfg.algorithm, "point": point, "program": g,
+           "swept": [p for p in paths if _applies(p, label)]}
     for path in paths:
         if not _applies(path, label):
             continue

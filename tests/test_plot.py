@@ -233,3 +233,20 @@ def test_paper_figures_read_their_committed_results(tmp_path):
     assert ls[:4] == [0, 1, 2, 5] and f[0] == 9.975 and f[-1] == 0.605 and l5 == 38
     th.draw_figure(curves, str(tmp_path / "th.png"), "test")
     assert is_png(tmp_path / "br.png") and is_png(tmp_path / "th.png")
+
+
+def test_real_sweep_rows_average_over_seeds(tmp_path):
+    """Rows written by `sweep` name their swept paths: the plot groups by ifca.lr alone and
+    averages the two seeds, from the rows, the JSON and the CSV alike."""
+    from fedclust_jax.results import save_rows
+    from fedclust_jax.sweep import run_sweep
+    study = {"dataset": "synthetic-regression", "rounds": 4, "eval_every": 2,
+             "data": {"num_clients": 8, "dim": 5, "samples_per_client": 10},
+             "algorithms": {"ifca": {"num_clusters": 2, "lr": 0.05}},
+             "sweep": {"seed": [0, 1], "ifca.lr": [0.05, 0.1]}}
+    rows = run_sweep(study, progress=False)
+    for source in (rows, save_rows(rows, str(tmp_path / "r.json")), save_rows(rows, str(tmp_path / "r.csv"))):
+        records = plot._records(source)
+        assert plot.swept_params(records) == ["ifca.lr"]
+        curves = plot.mean_curves(records, "misclustering")
+        assert len(curves) == 2 and all(c[-1] == 2 for c in curves)   # two seeds per line
