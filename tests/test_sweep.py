@@ -85,7 +85,9 @@ def test_csv_and_json_rows(swept, tmp_path):
         table = list(csv.DictReader(f))
     assert len(table) == len(rows)
     cols = list(table[0])
-    assert cols[:6] == ["algorithm", "algorithm_name", "point", "program", "seed", "ifca.lr"]
+    assert cols[:7] == ["algorithm", "algorithm_name", "point", "program", "swept", "seed",
+                        "ifca.lr"]
+    assert json.loads(table[0]["swept"]) == ["seed", "ifca.lr"]
     for col in ("params.lr", "data.num_clients", "rounds", "test_loss", "misclustering", "ari",
                 "curves"):
         assert col in cols, col
