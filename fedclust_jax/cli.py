@@ -450,7 +450,10 @@ def main(argv=None) -> int:
         return 0
     if args.command == "plot":
         from fedclust_jax.plot import plot_command
-        return plot_command(args)
+        try:
+            return plot_command(args)
+        except (ValueError, ImportError) as e:
+            return error(e)
     if args.command == "sweep":
         return main_sweep(args)
     from fedclust_jax.config_check import check_study_value

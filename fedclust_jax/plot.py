@@ -508,13 +508,10 @@ def add_plot_parser(sub):
 
 
 def plot_command(args) -> int:
-    """Runs `fedclust-jax plot`; 0, or 2 with one line on stderr for bad input."""
-    from fedclust_jax.cli import error
-    try:
-        fig = plot_results(args.results, args.output, metric=args.metric, x=args.x,
-                           title=args.title)
-    except (ValueError, ImportError) as e:
-        return error(e)
+    """Runs `fedclust-jax plot`: 0; ValueError / ImportError for bad input (the CLI turns
+    them into exit code 2 and one line)."""
+    fig = plot_results(args.results, args.output, metric=args.metric, x=args.x,
+                       title=args.title)
     pyplot().close(fig)
     print(f"figure written to {args.output}")
     return 0

@@ -125,11 +125,11 @@ def test_sweep_over_dtype_equals_runs():
     """dtype is a sweep path; each point equals the run with that dtype."""
     from fedclust_jax.experiment import ExperimentConfig, run_experiment
     from fedclust_jax.sweep import run_sweep
-    data = {"num_clients": 8, "num_clusters": 2, "samples_per_client": 20, "dim": 5}
-    study = {"dataset": "gaussian-mixture", "data": data, "rounds": 2,
+    data = {"num_clients": 8, "dim": 5, "samples_per_client": 10}
+    study = {"dataset": "synthetic-regression", "data": data, "rounds": 2,
              "algorithms": {"ifca": {"num_clusters": 2, "steps": 2, "lr": 0.1}},
              "sweep": {"dtype": ["float32", "bfloat16"]}}
     for row in run_sweep(study, progress=False):
-        cfg = ExperimentConfig(dataset="gaussian-mixture", data=data, rounds=2, dtype=row["dtype"],
+        cfg = ExperimentConfig(dataset="synthetic-regression", data=data, rounds=2, dtype=row["dtype"],
                                algorithm="ifca", params={"num_clusters": 2, "steps": 2, "lr": 0.1})
         assert row["test_loss"] == run_experiment(cfg, progress=False)["metrics"]["test_loss"]
