@@ -307,12 +307,13 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.full and args.dry_run:
         ap.error("--full and --dry-run exclude each other")
+    for name in ("rounds", "seeds", "clients", "per_chunk"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {v}")
     rounds = args.rounds or (2 if args.dry_run else FULL_ROUNDS)
     seeds = args.seeds or (1 if args.dry_run else 5)
     clients = args.clients or (8 if args.dry_run else None)
-    for name, v in (("--rounds", rounds), ("--seeds", seeds), ("--per-chunk", args.per_chunk)):
-        if v < 1:
-            ap.error(f"{name} must be >= 1, got {v}")
     if not args.full and not args.dry_run and args.rounds is None:
         ap.error("give --rounds R (a CPU budget), --full or --dry-run")
     deadline = time.monotonic() + (args.budget if args.budget else 1e12)
