@@ -45,7 +45,7 @@ def test_dry_run_writes_every_part_and_a_parsable_summary(tmp_path):
     for part in ("scale",):   # present or skipped with a reason
         assert status[part]["status"] in ("ok", "skipped"), status[part]
         assert status[part]["status"] == "ok" or status[part]["reason"]
-    # the table scripts (last, with what is left of the dry run's 280 s) ran with the
+    # the table scripts (last, with what is left of the dry run's 240 s) ran with the
     # suite's --budget and wrote their tables, or say that the time ran out
     for part in ("ifca_table2", "srfca_table4"):
         if status[part]["status"] != "ok":
