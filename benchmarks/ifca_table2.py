@@ -90,9 +90,10 @@ def uptime() -> str:
 
 
 def leaf_data(name: str, data_dir, num_clients: int | None, max_samples: int | None = None,
-              seed: int = 0):
+              seed: int = 0, max_test: int | None = None):
     """A LEAF set as FederatedData: ``num_clients`` users drawn at random (None = all), each
-    cut to its first ``max_samples`` training windows (None = all). Returns (data, info)."""
+    cut to its first ``max_samples`` training and ``max_test`` test windows (None = all).
+    Returns (data, info)."""
     from fedclust_jax.data.federated import from_client_lists
     from fedclust_jax.data.leaf import load_leaf_clients
     users, xs, ys, xts, yts = load_leaf_clients(name, data_dir)
@@ -106,6 +107,8 @@ def leaf_data(name: str, data_dir, num_clients: int | None, max_samples: int | N
         xs, ys, xts, yts = ([a[i] for i in pick] for a in (xs, ys, xts, yts))
     if max_samples is not None:
         xs, ys = [x[:max_samples] for x in xs], [y[:max_samples] for y in ys]
+    if max_test is not None:
+        xts, yts = [x[:max_test] for x in xts], [y[:max_test] for y in yts]
     dtype = np.int32 if name == "shakespeare" else np.float32
     classes = 80 if name == "shakespeare" else 62
     data = from_client_lists(xs, ys, xts, yts, None, task="classification",

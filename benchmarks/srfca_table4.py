@@ -44,7 +44,7 @@ seconds stops starting new chunks and methods.
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import json
 import sys
 import time
 from pathlib import Path
@@ -146,16 +146,17 @@ def run_dataset(ds, args, deadline, rows, write):
     s = dict(CODE[ds])
     if args.dry_run:
         s.update(rounds=2, steps=2, batch=min(s["batch"], 10))
-        clients, max_samples = 6, 40
+        clients, max_samples, max_test = 6, 40, None
     else:
         clients = args.clients or s["clients"]
         max_samples = args.max_samples if ds == "shakespeare" else None
+        max_test = args.max_test_samples if ds == "shakespeare" else None
         if ds == "femnist":
             s["rounds"] = min(args.rounds, s["rounds"]) if args.rounds else s["rounds"]
         else:
             s["rounds"] = min(args.rounds, s["rounds"]) if args.rounds else s["rounds"]
             s["steps"] = args.shakespeare_steps or s["steps"]
-    full, info = leaf_data(ds, args.data_dir, None, max_samples)
+    full, info = leaf_data(ds, args.data_dir, None, max_samples, max_test=max_test)
     n_pick = min(clients, full.num_clients)
     seeds = list(range(args.seeds or (1 if args.dry_run else 5)))
     data = per_seed_data(full, n_pick, seeds)
@@ -168,6 +169,7 @@ def run_dataset(ds, args, deadline, rows, write):
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds))
     setting = (f"{ds}: {n_pick} clients per seed (of {full.num_clients} here), "
                f"{'at most ' + str(max_samples) + ' training windows each, ' if max_samples else ''}"
+               f"{'at most ' + str(max_test) + ' test windows each, ' if max_test else ''}"
                f"{info['train']:,} train / {info['test']:,} test samples in the pool; model "
                f"{model.name}; SGD lr {s['lr']}, batch {s['batch']}, {s['rounds']} rounds x "
                f"{s['steps']} local steps (paper schedule {CODE[ds]['rounds']} x "
@@ -276,6 +278,25 @@ def render(rows, settings, start, end=None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def combine(paths, out: Path) -> None:
+    """One table from several runs' JSON files, each run's rows for its datasets."""
+    rows, settings, parts = [], {}, []
+    for p in paths:
+        js = json.loads(Path(p).read_text())
+        ds_here = sorted({r["dataset"] for r in js["rows"]})
+        if not ds_here:
+            raise SystemExit(f"{p}: no rows to combine")
+        rows = [r for r in rows if r["dataset"] not in ds_here] + js["rows"]
+        settings.update({d: js["settings"][d] for d in ds_here})
+        parts.append(f"- `{Path(p).with_suffix('.md')}` ({', '.join(ds_here)}): {js['command']} "
+                     f"uptime at start: {js['uptime_start']}; at end: {js.get('uptime_end')}")
+    md = render(rows, settings, "see the runs below", "see the runs below")
+    md += "\nCombined from these runs (each run's own file has its full table):\n\n" + "\n".join(parts) + "\n"
+    write_outputs(out, md, dict(command=generated_by().strip(), settings=settings, rows=rows,
+                                parts=parts, complete=None))
+    print(md)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data-dir", default="../shared/data",
@@ -291,7 +312,14 @@ def main(argv=None):
     ap.add_argument("--max-samples", type=int, default=None,
                     help="cut each Shakespeare speaker's training windows to its first this many "
                          "(default all; FEMNIST writers hold at most 165)")
+    ap.add_argument("--max-test-samples", type=int, default=None,
+                    help="cut each Shakespeare speaker's test windows to its first this many "
+                         "(default all; the speakers hold up to 1,379: the K-model test pass "
+                         "dominates a CPU run)")
     ap.add_argument("--seeds", type=int, default=None, help="seeds 0..S-1 (default 5; 1 dry)")
+    ap.add_argument("--combine", nargs="+", metavar="FILE.json",
+                    help="write one table from the .json files of runs of different datasets "
+                         "(later files win for a dataset both ran) and stop")
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--protocol", choices=["code", "paper"], default="code")
@@ -299,11 +327,14 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds; no new chunk or method starts after it (rows so far kept)")
     args = ap.parse_args(argv)
+    if args.combine:
+        return combine(args.combine, Path(args.out))
     if args.full and args.dry_run:
         ap.error("--full and --dry-run exclude each other")
     if not (args.full or args.dry_run or args.rounds):
         ap.error("give --rounds R (a CPU budget), --full or --dry-run")
-    for name in ("rounds", "shakespeare_steps", "clients", "max_samples", "seeds"):
+    for name in ("rounds", "shakespeare_steps", "clients", "max_samples", "max_test_samples",
+                 "seeds"):
         v = getattr(args, name)
         if v is not None and v < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1, got {v}")
