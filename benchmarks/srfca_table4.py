@@ -288,8 +288,11 @@ def combine(paths, out: Path) -> None:
             raise SystemExit(f"{p}: no rows to combine")
         rows = [r for r in rows if r["dataset"] not in ds_here] + js["rows"]
         settings.update({d: js["settings"][d] for d in ds_here})
+        stopped = ("" if js.get("uptime_end") else " The run was stopped before its end (no end "
+                   "uptime): only the rows it finished are in its file and here.")
         parts.append(f"- `{Path(p).with_suffix('.md')}` ({', '.join(ds_here)}): {js['command']} "
-                     f"uptime at start: {js['uptime_start']}; at end: {js.get('uptime_end')}")
+                     f"uptime at start: {js['uptime_start']}; at end: "
+                     f"{js.get('uptime_end') or 'none'}.{stopped}")
     md = render(rows, settings, "see the runs below", "see the runs below")
     md += "\nCombined from these runs (each run's own file has its full table):\n\n" + "\n".join(parts) + "\n"
     write_outputs(out, md, dict(command=generated_by().strip(), settings=settings, rows=rows,
