@@ -378,6 +378,8 @@ def main(argv=None):
     md = render(args, info, rows, setting, start_uptime, end)
     write_outputs(out, md, obj)
     print(md)
+    print(f"{len(rows)} of {len(args.methods)} methods run ({'complete' if complete else 'cut by --budget'}); "
+          f"{out} and its .json written")   # the last line: the device suite's reason
 
 
 if __name__ == "__main__":

@@ -361,6 +361,7 @@ def main(argv=None):
     end = uptime()
     write(end=end)
     print(out.read_text())
+    print(f"{len(rows)} rows ({', '.join(args.datasets)}); {out} and its .json written")
 
 
 if __name__ == "__main__":
