@@ -33,6 +33,12 @@ seed; this copy's writers are drawn from its 105, one draw per seed), Shakespear
 every seed). ``--max-samples`` cuts each Shakespeare speaker's training windows to the
 first ones (CPU budget; the speakers hold 823-13,790).
 
+Known hang (CPU, jax 0.10.2): ``jax.jit(jax.vmap(shakespeare_lstm().init))`` over more than
+one key never returns (every thread waits on a futex; one key, or ``lax.map`` alone, is
+fine). So on this CPU the Shakespeare rows that initialise several LSTMs in one vmap hang:
+SR-FCA with ``--protocol code`` (independent ONE_SHOT inits) and IFCA (K models). The CPU
+Shakespeare run therefore used ``--protocol paper`` and has no IFCA row.
+
 CPU budget: ``--rounds R`` runs R FEMNIST rounds (paper 200) and min(R, 6) Shakespeare
 rounds of ``--shakespeare-steps`` local steps (paper 400); ONE_SHOT runs rounds x local steps
 (the code's identity: 1000 = 200 x 5, 2400 = 6 x 400). ``--dry-run``: toy models (MLP
