@@ -175,7 +175,8 @@ def subprocess_part(suite: Suite, name: str, cmd: list[str], budget: float, log:
 
 def part_tests(suite: Suite, budget: float) -> dict:
     files = DRY_TESTS if suite.args.dry_run else TESTS
-    rec = subprocess_part(suite, "tests", [sys.executable, "-m", "pytest", "-x", "-q", "-p",
+    # "-o addopts=-q": one process, without the project's "-n 2" (pytest-xdist may be missing)
+    rec = subprocess_part(suite, "tests", [sys.executable, "-m", "pytest", "-x", "-o", "addopts=-q", "-p",
                                            "no:cacheprovider", *files], budget, "tests.txt")
     probe = ("import os; os.environ.setdefault('JAX_PLATFORMS', 'cpu'); import jax; "
              "print(jax.default_backend())")           # what tests/conftest.py leaves JAX
