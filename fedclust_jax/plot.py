@@ -147,12 +147,7 @@ def to_records(content) -> tuple[str, list[dict]]:
                             "params": {}, "final": final,
                             "curves": _clean_curves(r.get("curves"), r.get("history"))})
         else:
-            curves = r.get("curves")
-            if isinstance(curves, str):
-                try:
-                    curves = json.loads(curves)
-                except json.JSONDecodeError:
-                    curves = None
+            curves = _decoded(r.get("curves"))
             final = {k: r[k] for k in FINAL_METRICS
                      if isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)}
             params = _row_params(r)
@@ -162,15 +157,21 @@ def to_records(content) -> tuple[str, list[dict]]:
     return kind, records
 
 
+def _decoded(cell):
+    """A CSV cell holding JSON (a string) decoded, None if it is not JSON; other values as
+    they are (JSON rows hold them decoded already)."""
+    if not isinstance(cell, str):
+        return cell
+    try:
+        return json.loads(cell)
+    except json.JSONDecodeError:
+        return None
+
+
 def _row_params(row: dict) -> dict:
     """A sweep row's swept parameters: the paths its "swept" column names (seed apart), or
     for rows without one, every scalar column that is not reserved or a metric."""
-    swept = row.get("swept")
-    if isinstance(swept, str):
-        try:
-            swept = json.loads(swept)
-        except json.JSONDecodeError:
-            swept = None
+    swept = _decoded(row.get("swept"))
     if isinstance(swept, list):
         return {k: row.get(k) for k in swept if k != "seed"}
     return {k: v for k, v in row.items()
