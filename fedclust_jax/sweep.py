@@ -7,7 +7,7 @@ A study's ``sweep`` table maps parameter paths to lists of values::
     "ifca.lr" = [0.01, 0.03, 0.1, 0.3]
     mode = "product"          # default; "zip" pairs the lists element by element
 
-Paths: ``seed``, ``rounds``, ``restarts``, ``eval_every``, ``model``, ``data.<parameter>``,
+Paths: ``seed``, ``rounds``, ``restarts``, ``eval_every``, ``model``, ``dtype``, ``data.<parameter>``,
 ``model_args.<parameter>`` and ``<algorithm label>.<parameter>`` (a parameter of that
 algorithm, or its ``rounds`` / ``restarts``). Every value of every point is checked
 (``experiment.study_configs``) before anything is built or run.
