@@ -59,6 +59,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import chunked_rounds  # noqa: E402
+
 PARTS = ("tests", "ifca_round", "ifca_separation", "scale", "robust", "cross_loss", "ifca_table1", "ifca_table2",
          "srfca_table4")
 BUDGETS = {"tests": 100, "ifca_round": 45, "ifca_separation": 90, "scale": 60, "robust": 45, "cross_loss": 20,
@@ -365,16 +368,10 @@ def part_ifca_table1(suite: Suite, budget: float) -> dict:
                                                       None), state, ts)[0]
                 return jax.vmap(one)(states, keys)
 
-            run = jax.jit(chunk)
-            done, last = 0, 0.0
-            while done < rounds:
-                step = min(per_chunk, rounds - done)
-                if done and time.monotonic() + last * step / per_chunk > deadline - 5:
-                    status = "partial"
-                    break
-                c0 = time.monotonic()
-                states = block(run(states, jnp.arange(done, done + step), data))
-                last, done = time.monotonic() - c0, done + step
+            states, done = chunked_rounds(jax.jit(chunk), states, rounds, deadline - 5,
+                                          per_chunk, data, log=False)
+            if done < rounds:
+                status = "partial"
             ev = jax.jit(jax.vmap(lambda st, d, alg=alg: {k: v for k, v in alg.evaluate(st, d).items()
                                                           if k in ("test_acc", "assign")},
                                   in_axes=(0, None)))(states, data)

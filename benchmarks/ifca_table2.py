@@ -61,6 +61,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from _common import chunked_rounds  # noqa: E402
 from provenance import generated_by  # noqa: E402
 
 PAPER = {  # IFCA paper Table 2: FEMNIST test accuracy %, mean, std over 5 runs
@@ -137,17 +138,7 @@ def run_rounds(alg, data, keys, rounds: int, deadline: float, per_chunk: int = 2
                                               None), state, ts)[0]
         return jax.vmap(one)(states, keys)
 
-    step = jax.jit(chunk)
-    done, last = 0, 0.0
-    while done < rounds:
-        n = min(per_chunk, rounds - done)
-        if done and time.monotonic() + last * n / per_chunk > deadline:
-            break
-        t0 = time.monotonic()
-        states = block(step(states, jnp.arange(done, done + n)))
-        last, done = time.monotonic() - t0, done + n
-        print(f"    {done}/{rounds} rounds ({last:.1f} s for the last {n})", flush=True)
-    return states, done
+    return chunked_rounds(jax.jit(chunk), states, rounds, deadline, per_chunk)
 
 
 def evaluate(alg, states, data):

@@ -27,8 +27,9 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HERE = os.path.dirname(os.path.abspath(__file__))
+from _common import (ROOT, add_child_arguments, check_marks, child_command, child_record,
+                     data_dir_or_error, load_averages, peak_memory_mb, round_marks, run_child,
+                     write_markdown)
 
 
 def run_one(cfg: dict) -> dict:
@@ -36,16 +37,12 @@ def run_one(cfg: dict) -> dict:
 
     from fedclust_jax import experiment
 
-    marks = []
+    def report(done):
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"# {cfg['dtype']}: round {done} done at {marks[-1] - start:.0f} s, "
+              f"peak RSS so far {rss:.0f} MB", file=sys.stderr, flush=True)
 
-    class Timer(experiment.Progress):
-        def update(self, done, extra=""):
-            marks.append(time.perf_counter())
-            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            print(f"# {cfg['dtype']}: round {done} done at {marks[-1] - start:.0f} s, "
-                  f"peak RSS so far {rss:.0f} MB", file=sys.stderr, flush=True)
-
-    experiment.Progress = Timer
+    marks = round_marks(experiment, report)
     study = experiment.study_configs(_study(cfg))
     (_, ecfg), = study
     t0 = time.perf_counter()
@@ -58,15 +55,9 @@ def run_one(cfg: dict) -> dict:
     result = experiment.run_experiment(ecfg, data=data, progress=False)
     end = time.perf_counter()
     rounds = cfg["rounds"]
-    if len(marks) != rounds:
-        raise SystemExit("run_rounds no longer reports after every chunk through "
-                         "experiment.Progress.update; update this timer")
+    check_marks(marks, rounds, "benchmarks/restarts_memory.py")
     backend = jax.default_backend()
-    if backend == "cpu":
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    else:
-        peak = max((d.memory_stats() or {}).get("peak_bytes_in_use", 0)
-                   for d in jax.local_devices()) / 2**20
+    peak = peak_memory_mb(backend)
     return dict(cfg, backend=backend, build_s=build_s, first_round_s=marks[0] - start,
                 seconds_per_round=(marks[-1] - marks[0]) / (rounds - 1),
                 evaluate_s=end - marks[-1], peak_memory_mb=peak,
@@ -101,8 +92,9 @@ def start(cfg: dict):
     """(process, its stdout file, its stderr file): the run in a subprocess."""
     import tempfile
     out, err = tempfile.TemporaryFile("w+"), tempfile.NamedTemporaryFile("w+", suffix=".log")
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", json.dumps(cfg)]
-    return subprocess.Popen(cmd, stdout=out, stderr=err, text=True, cwd=ROOT), out, err
+    proc = subprocess.Popen(child_command(__file__, cfg), stdout=out, stderr=err, text=True,
+                            cwd=ROOT)
+    return proc, out, err
 
 
 def proc_status(pid: int) -> tuple[float | None, float | None]:
@@ -144,7 +136,7 @@ def finish(run, cfg: dict, seen) -> dict:
     sys.stderr.write(log)
     if proc.returncode == 0:
         out.seek(0)
-        return json.loads(out.read().strip().splitlines()[-1])
+        return child_record(out.read())
     done = sum(": round " in line for line in log.splitlines())
     estimate = [line.rsplit("estimate ", 1)[1].split()[0] for line in log.splitlines()
                 if "pre-check estimate" in line]
@@ -156,10 +148,6 @@ def finish(run, cfg: dict, seen) -> dict:
         why = "killed (out of memory?)" if proc.returncode in (-9, 137) else "see stderr"
         record["note"] = f"failed (exit {proc.returncode}): {why}"
     return record
-
-
-def load() -> str:
-    return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def table(records) -> str:
@@ -177,8 +165,7 @@ def table(records) -> str:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_DATA"),
-                   help="folder holding mnist/ (default $FEDCLUST_DATA)")
+    add_child_arguments(p)
     p.add_argument("--clients", type=int, default=4800)
     p.add_argument("--n", type=int, default=50, help="train images per client")
     p.add_argument("--restarts", type=int, default=10)
@@ -192,19 +179,15 @@ def main(argv=None):
                    help="run the dtypes at the same time (peak RSS is still each run's own; "
                         "seconds per round then share the cores)")
     p.add_argument("--markdown", help="write the command, loads and table to this path")
-    p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    sys.path.insert(0, ROOT)
-    if args.one:
-        print(json.dumps(run_one(json.loads(args.one)), default=float))
+    if run_child(args, run_one):
         return
     if args.rounds < 2:
         p.error("--rounds must be >= 2 (the first round includes compilation)")
-    if not args.data_dir or not os.path.isdir(args.data_dir):
-        p.error(f"needs --data-dir (a folder holding mnist/) or $FEDCLUST_DATA; got {args.data_dir!r}")
-    before, records = load(), []
+    data_dir = data_dir_or_error(p, args.data_dir)
+    before, records = load_averages(), []
     cfgs = [dict(dtype=dtype, clients=args.clients, n=args.n, restarts=args.restarts, rounds=args.rounds,
-                 data_dir=os.path.abspath(args.data_dir)) for dtype in args.dtypes]
+                 data_dir=data_dir) for dtype in args.dtypes]
     deadline = time.time() + 60 * args.max_minutes
     groups = [cfgs] if args.parallel else [[c] for c in cfgs]
     for group in groups:
@@ -217,12 +200,7 @@ def main(argv=None):
         text += f"\n\nThe {len(cfgs)} runs ran at the same time (--parallel), sharing the cores."
     print(text)
     if args.markdown:
-        sys.path.insert(0, HERE)
-        from provenance import generated_by
-        with open(args.markdown, "w") as f:
-            f.write(generated_by([__file__] + (argv if argv is not None else sys.argv[1:]))
-                    + f"Load (`uptime`) before: {before}; after: {load()} "
-                    f"(on {os.cpu_count()} cores).\n\n{text}\n")
+        write_markdown(args.markdown, __file__, argv, before, text)
 
 
 if __name__ == "__main__":

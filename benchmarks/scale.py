@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from _common import (ROOT, add_child_arguments, check_marks, child_command, child_record,
+                     data_dir_or_error, load_averages, peak_memory_mb, round_marks, run_child,
+                     write_markdown)
 
 MNIST_N = (1_000, 10_000, 100_000)
 QUICK = ([dict(model="softmax", dataset="mnist-views", clients=n, samples_per_client=20, chunk=1000)
@@ -136,16 +136,6 @@ def regression_clients(num_clients, n, seed, dim=20, num_clusters=2, separation=
 
 # ------------------------------------------------------------------ one configuration
 
-def peak_memory_mb(backend):
-    import jax
-    if backend != "cpu":
-        stats = [d.memory_stats() or {} for d in jax.local_devices()]
-        peaks = [s.get("peak_bytes_in_use") for s in stats if s.get("peak_bytes_in_use") is not None]
-        if peaks:
-            return max(peaks) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-
-
 def run_one(cfg: dict) -> dict:
     """Runs one configuration in this process and returns its record."""
     import jax
@@ -183,21 +173,13 @@ def run_one(cfg: dict) -> dict:
     model = with_dtype(model, cfg["dtype"])   # params in cfg["dtype"], as the data
     alg = build_algorithm("ifca", model, dict(num_clusters=k, chunk=cfg["chunk"]), data)
 
-    marks = []
-
-    class Timer(experiment.Progress):
-        def update(self, done, extra=""):
-            marks.append(time.perf_counter())
-
-    experiment.Progress = Timer
+    marks = round_marks(experiment)
     start = time.perf_counter()
     states, _ = experiment.run_rounds(alg, data, jax.random.key(cfg["seed"]), rounds=1 + cfg["rounds"],
                                       rounds_per_chunk=1, progress=False)
     jax.block_until_ready(states)
     end = time.perf_counter()
-    if len(marks) != 1 + cfg["rounds"]:
-        raise SystemExit("run_rounds no longer reports after every chunk through "
-                         "experiment.Progress.update; update benchmarks/scale.py's timer")
+    check_marks(marks, 1 + cfg["rounds"], "benchmarks/scale.py")
     record["first_round_s"] = marks[0] - start
     record["seconds_per_round"] = (end - marks[0]) / cfg["rounds"]
     record["peak_memory_mb"] = peak_memory_mb(backend)
@@ -207,7 +189,7 @@ def run_one(cfg: dict) -> dict:
 # ------------------------------------------------------------------ driver
 
 def run_in_subprocess(cfg: dict, timeout_s: float) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", json.dumps(cfg)]
+    cmd = child_command(__file__, cfg)
     failed = dict(cfg, backend=None, seconds_per_round=None, peak_memory_mb=None,
                   first_round_s=None, build_s=None, rounds_timed=cfg["rounds"])
     try:
@@ -218,12 +200,7 @@ def run_in_subprocess(cfg: dict, timeout_s: float) -> dict:
         tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
         why = "killed (out of memory?)" if out.returncode in (-9, 137) else tail[:200]
         return dict(failed, note=f"failed (exit {out.returncode}): {why}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def uptime() -> str:
-    """The load averages (1, 5, 15 minutes) as ``uptime`` prints them."""
-    return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return child_record(out.stdout)
 
 
 def fmt(v, spec):
@@ -268,8 +245,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="the CPU set (see the module doc)")
     p.add_argument("--json", help="write the records to this path")
     p.add_argument("--markdown", help="write the command, machine load and table to this path")
-    p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_DATA"),
-                   help="folder holding mnist/ (default $FEDCLUST_DATA)")
+    add_child_arguments(p)
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after the warm-up round")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                    help="storage of params and data (losses, sums, optimizer state float32)")
@@ -280,12 +256,8 @@ def main(argv=None):
                    help="largest materialised MNIST data built when no view recipe exists")
     p.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-
-    sys.path.insert(0, ROOT)
-    if args.one:
-        print(json.dumps(run_one(json.loads(args.one)), default=float))
+    if run_child(args, run_one):
         return
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
@@ -295,11 +267,8 @@ def main(argv=None):
     if not configs:
         p.error("no configuration left after --only / --max-clients")
     if any(c["dataset"] == "mnist-views" for c in configs):
-        if not args.data_dir or not os.path.isdir(args.data_dir):
-            p.error(f"MNIST configurations need --data-dir (a folder holding mnist/) or "
-                    f"$FEDCLUST_DATA; got {args.data_dir!r}")
-        args.data_dir = os.path.abspath(args.data_dir)  # the subprocesses run in the project root
-    load_before = uptime()
+        args.data_dir = data_dir_or_error(p, args.data_dir, "MNIST configurations need")
+    load_before = load_averages()
     records = []
     for c in configs:
         cfg = dict(c, dtype=args.dtype, rounds=args.rounds, seed=args.seed, data_dir=args.data_dir,
@@ -311,14 +280,8 @@ def main(argv=None):
     summary = targets(records)
     print(table(records) + ("\n\n" + summary if summary else ""))
     if args.markdown:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from provenance import generated_by
-        head = generated_by([__file__] + (argv if argv is not None else sys.argv[1:]))
-        with open(args.markdown, "w") as f:
-            f.write(head +
-                    f"Load (`uptime`) before: {load_before}; after: {uptime()} "
-                    f"(on {os.cpu_count()} cores).\n\n{table(records)}\n"
-                    + (f"\n{summary}\n" if summary else ""))
+        write_markdown(args.markdown, __file__, argv, load_before,
+                       table(records) + ("\n\n" + summary if summary else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)

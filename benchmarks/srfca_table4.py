@@ -65,6 +65,7 @@ import numpy as np  # noqa: E402
 
 from ifca_table2 import (block, fmt, leaf_data, ordering_lines, run_rounds,  # noqa: E402
                          uptime, write_outputs)
+from _common import chunked_rounds  # noqa: E402
 from provenance import generated_by  # noqa: E402
 
 PAPER = {  # SR-FCA Table 4: test accuracy %, mean, std over 5 seeds
@@ -237,17 +238,7 @@ def run_rounds_data(alg, data, keys, rounds, deadline, per_chunk):
                                 state, ts)[0]
         return jax.vmap(one)(states, keys, data)
 
-    step = jax.jit(chunk)
-    done, last, per_chunk = 0, 0.0, max(1, min(per_chunk, rounds))
-    while done < rounds:
-        n = min(per_chunk, rounds - done)
-        if done and time.monotonic() + last * n / per_chunk > deadline:
-            break
-        t0 = time.monotonic()
-        states = block(step(states, jnp.arange(done, done + n), data))
-        last, done = time.monotonic() - t0, done + n
-        print(f"    {done}/{rounds} rounds ({last:.1f} s for the last {n})", flush=True)
-    return states, done
+    return chunked_rounds(jax.jit(chunk), states, rounds, deadline, per_chunk, data)
 
 
 def render(rows, settings, start, end=None) -> str:

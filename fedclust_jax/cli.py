@@ -458,7 +458,7 @@ def main(argv=None) -> int:
         return main_sweep(args)
     from fedclust_jax.config_check import check_study_value
     from fedclust_jax.experiment import checkpoint_paths, run_study, study_configs
-    from fedclust_jax.results import format_settings, format_table, save_results
+    from fedclust_jax.results import format_curves, format_settings, format_table, save_results
     try:
         study = build_study(args, single=args.command == "run")
         configs = study_configs(study)  # every value type- and range-checked, no data built
@@ -487,6 +487,10 @@ def main(argv=None) -> int:
     print(results[0]["data"])
     print(format_settings(results))
     print(format_table(results))
+    curves = format_curves(results)
+    if curves:
+        print()
+        print(curves)
     for r in results:
         info = r["restarts"]
         if "oracle_best_param_error" in info or "oracle_best_misclustering" in info:

@@ -31,9 +31,56 @@ def format_table(results: list[dict]) -> str:
             row.append("-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v)))
         row.append(f"{r['wall_s']:.1f}")
         rows.append(row)
+    return aligned(header, rows)
+
+
+def aligned(header: list[str], rows: list[list[str]], first_left: bool = True) -> str:
+    """Plain-text table: header, a dashed rule, then the rows; columns right-aligned, the
+    first left-aligned when ``first_left``."""
     widths = [max(len(x[i]) for x in [header] + rows) for i in range(len(header))]
-    fmt = lambda row: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+    fmt = lambda row: "  ".join(c.ljust(w) if first_left and not i else c.rjust(w)
+                                for i, (c, w) in enumerate(zip(row, widths)))
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+CURVE_COLUMNS = (("test_acc", "acc"), ("test_loss", "loss"), ("misclustering", "miscl"),
+                 ("ari", "ARI"), ("num_clusters_found", "K found"))
+
+
+def _curve_rows(n: int, max_rows: int) -> list[int]:
+    """Indices of the curve points printed: all when n <= max_rows, else max_rows of
+    them evenly spread, the first and the last included."""
+    if n <= max_rows:
+        return list(range(n))
+    return sorted({round(j * (n - 1) / (max_rows - 1)) for j in range(max_rows)})
+
+
+def format_curves(results: list[dict], max_rows: int = 20) -> str:
+    """One plain-text block per result that holds "curves" (eval_every): a row per
+    evaluated round (at most ``max_rows``, evenly spread, the last included; the JSON holds
+    every point), columns test accuracy, test loss, misclustering, ARI and non-empty
+    clusters where recorded. The curves are those of the restart chosen by the training
+    objective. "" when no result has curves."""
+    blocks = []
+    for r in results:
+        curves = r.get("curves")
+        if not curves or not curves.get("round"):
+            continue
+        cols = [(k, h) for k, h in CURVE_COLUMNS if curves.get(k) is not None]
+        n = len(curves["round"])
+        shown = _curve_rows(n, max_rows)
+        info = r.get("restarts") or {}
+        restarts = len(info.get("objective", [])) or 1
+        title = f"curves of {r['algorithm']}"
+        if restarts > 1:
+            title += f", restart {info.get('chosen', 0)} of {restarts} (lowest training objective)"
+        if len(shown) < n:
+            title += f"; {len(shown)} of {n} evaluated rounds shown"
+        cell = lambda v: (f"{v:.4f}" if isinstance(v, float) else str(v))
+        header = ["round"] + [h for _, h in cols]
+        body = [[str(curves["round"][i])] + [cell(curves[k][i]) for k, _ in cols] for i in shown]
+        blocks.append(title + "\n" + aligned(header, body, first_left=False))
+    return "\n\n".join(blocks)
 
 
 def _short(v) -> str:
@@ -170,9 +217,7 @@ def format_rows(rows: list[dict], paths: list[str]) -> str:
     cell = lambda v: "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
     body = [[r["algorithm"]] + [cell(r.get(k)) for k in keys] + [cell(r.get(k)) for k, _ in cols]
             for r in rows]
-    widths = [max(len(x[i]) for x in [header] + body) for i in range(len(header))]
-    fmt = lambda row: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body])
+    return aligned(header, body)
 
 
 def row_columns(rows: list[dict]) -> list[str]:

@@ -143,3 +143,47 @@ def test_a_diverged_run_says_so_and_exits_1(capsys):
             "num_clients=4", "--data", "dim=5", "--data", "samples_per_client=5", "--rounds", "2"]
     assert main(argv) == 1
     assert "diverged" in capsys.readouterr().err
+
+
+def test_run_prints_the_curves_of_the_chosen_restart(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["run", "--algorithm", "ifca", "--eval-every", "1", "--output", str(out),
+                 "--no-progress"] + TINY + ["--restarts", "2"]) == 0
+    printed = capsys.readouterr().out
+    r = json.loads(out.read_text())[0]
+    curves = r["curves"]
+    assert printed.index("algorithm ") < printed.index("curves of ifca")  # after the table
+    block = printed[printed.index("curves of ifca"):].splitlines()
+    assert f"restart {r['restarts']['chosen']} of 2 (lowest training objective)" in block[0]
+    assert block[1].split() == ["round", "acc", "loss", "miscl", "ARI", "K", "found"]
+    rows = [line.split() for line in block[3:5]]
+    assert [int(row[0]) for row in rows] == curves["round"] == [1, 2]
+    for i, row in enumerate(rows):
+        for j, key in enumerate(("test_acc", "test_loss", "misclustering", "ari"), start=1):
+            assert float(row[j]) == pytest.approx(curves[key][i], abs=5e-5)
+        assert int(row[5]) == curves["num_clusters_found"][i]
+
+
+def test_curve_blocks_per_algorithm_thinned_to_twenty_rows():
+    from fedclust_jax.results import format_curves
+    rounds = list(range(5, 255, 5))  # 50 points
+    pts = {"round": rounds, "test_loss": [1.0 / t for t in rounds],
+           "num_clusters_found": [2] * 50}
+    results = [{"algorithm": "fedavg", "restarts": {"objective": [0.1], "chosen": 0}},
+               {"algorithm": "ifca", "restarts": {"objective": [0.3, 0.2], "chosen": 1},
+                "curves": pts},
+               {"algorithm": "local", "restarts": {"objective": [0.1], "chosen": 0},
+                "curves": {"round": [5], "test_acc": [0.5], "test_loss": [0.7]}}]
+    text = format_curves(results)
+    ifca, local = text.split("\n\n")
+    lines = ifca.splitlines()
+    assert lines[0] == ("curves of ifca, restart 1 of 2 (lowest training objective); "
+                        "20 of 50 evaluated rounds shown")
+    assert lines[1].split() == ["round", "loss", "K", "found"]
+    shown = [int(line.split()[0]) for line in lines[3:]]
+    assert len(shown) == 20 and shown[0] == 5 and shown[-1] == 250 and shown == sorted(shown)
+    assert lines[-1].split() == ["250", "0.0040", "2"]
+    assert local.splitlines()[0] == "curves of local"
+    assert local.splitlines()[3].split() == ["5", "0.5000", "0.7000"]
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert format_curves(results[:1]) == ""

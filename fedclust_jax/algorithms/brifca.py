@@ -34,7 +34,7 @@ from fedclust_jax.algorithms.base import ClusterState, check_chunk, check_cluste
 from fedclust_jax.attacks import ByzantineSetting, attack_from_config
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
 from fedclust_jax.attacks.rounds import byzantine_assign, byzantine_gradients
-from fedclust_jax.core.losses import loss_matrix
+from fedclust_jax.core.losses import loss_matrix_ids
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.robust import MEDIANS, METHODS, check_rule, cluster_aggregate
 from fedclust_jax.core.train import LocalTraining
@@ -165,12 +165,11 @@ class BRIFCA:
         one compiled program serves several Byzantine fractions)."""
         cfg, n = self.cfg, data.num_clients
         ids = jnp.arange(n, dtype=jnp.int32)
-        assign, loss, y = byzantine_assign(self.model, self.attack, state.params, data.x, data.y,
-                                           data.count, byz, num_classes=data.num_classes,
-                                           chunk=cfg.chunk)
+        assign, loss = byzantine_assign(self.model, self.attack, state.params, data, byz,
+                                        chunk=cfg.chunk)
         grads = byzantine_gradients(self.model, cfg.local, self.attack, jax.random.fold_in(key, 2),
-                                    state.params, assign, data.x, y, data.count,
-                                    client_keys(key, ids), byz, num_byz=num_byz, chunk=cfg.chunk)
+                                    state.params, assign, data, client_keys(key, ids), byz,
+                                    num_byz=num_byz, chunk=cfg.chunk)
         agg = aggregate_uploads(cfg, grads, assign, state.params)
         lr = cfg.local.lr_at(state.round)
         if cfg.step == "ifca":
@@ -183,7 +182,7 @@ class BRIFCA:
                 dict(train_loss=jnp.nanmean(honest_loss)))
 
     def _assign(self, params, data):
-        loss, _ = loss_matrix(self.model, params, data.x, data.y, data.count, chunk=self.cfg.chunk)
+        loss, _ = loss_matrix_ids(self.model, params, data, None, chunk=self.cfg.chunk)
         return jnp.argmin(loss, axis=1).astype(jnp.int32), loss
 
     def objective(self, state, data):

@@ -164,9 +164,8 @@ class ThreeStage:
     def round(self, state, key, data):
         cfg, n = self.cfg, data.num_clients
         byz = byzantine_mask(n, cfg.byz_frac)
-        y = self.attack.flip_labels(data.y, byz, data.num_classes)
         grads = byzantine_gradients(self.model, cfg.local, self.attack, jax.random.fold_in(key, 2),
-                                    state.params, state.assign, data.x, y, data.count,
+                                    state.params, state.assign, data,
                                     client_keys(key, jnp.arange(n, dtype=jnp.int32)), byz,
                                     num_byz=num_byzantine(n, cfg.byz_frac), chunk=cfg.chunk)
         zeros = jax.tree.map(jnp.zeros_like, state.params)

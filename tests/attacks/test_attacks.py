@@ -86,3 +86,60 @@ def test_threshold_blobs():
     b = threshold_blobs(jax.random.key(1), std=4.0)
     assert a.x.shape == (90, 1, 10) and np.bincount(np.asarray(a.cluster)).tolist() == [9] * 10
     np.testing.assert_array_equal(a.true_params, b.true_params)      # centers fixed across sigma
+
+
+
+@pytest.fixture(scope="module")
+def digit_views():
+    """Rotated 8x8 digits as views (8 clients, 2 clusters) and the same data materialised."""
+    from fedclust_jax.data import build_dataset
+    v = build_dataset("rotated-digits", jax.random.key(0), num_clusters=2, num_clients=8, n=12,
+                      n_test=4, views=True)
+    return v, v.materialize()
+
+
+@pytest.mark.parametrize("name", ["label_flip", "outlier"])
+def test_attack_round_reads_views_by_client(digit_views, name, monkeypatch):
+    """The client side of a round with Byzantine clients (choice, loss, uploads) is
+    bit-identical on views and on the materialised arrays, never builds every client's
+    data on views (``x`` / ``y`` refuse), and equals the whole-array formulation: Byzantine
+    rows on flipped labels, at the attack's evaluation point."""
+    from fedclust_jax.attacks.rounds import byzantine_assign, byzantine_gradients
+    from fedclust_jax.core.losses import loss_matrix
+    from fedclust_jax.core.train import LocalTraining, client_gradient
+    from fedclust_jax.data.views import FederatedViews
+    from fedclust_jax.models import mlp
+
+    views, data = digit_views
+    model, local, attack = mlp((64, 10)), LocalTraining(steps=1, lr=0.1), Attack(name)
+    params = jax.vmap(model.init)(jax.random.split(jax.random.key(1), 2))
+    byz, keys = byzantine_mask(8, 0.25), jax.random.split(jax.random.key(2), 8)
+
+    def side(d):
+        assign, loss = byzantine_assign(model, attack, params, d, byz, chunk=3)
+        grads = byzantine_gradients(model, local, attack, jax.random.key(3), params, assign, d,
+                                    keys, byz, num_byz=2, chunk=3)
+        return assign, loss, grads
+
+    def whole(d):   # every client's arrays at once, labels flipped up front
+        y = attack.flip_labels(d.y, byz, d.num_classes)
+        bad = attack.eval_params(params)
+        loss = jnp.where(byz[:, None], loss_matrix(model, bad, d.x, y, d.count)[0],
+                         loss_matrix(model, params, d.x, y, d.count)[0])
+        assign = attack.place(jnp.argmin(loss, axis=1).astype(jnp.int32), byz, 2)
+        start = jax.tree.map(lambda b, g: jnp.where(byz.reshape((-1,) + (1,) * (g.ndim - 1)),
+                                                    b[assign], g[assign]), bad, params)
+        grads = jax.vmap(lambda p, x, yy, c, k: client_gradient(model, local, p, x, yy, c, k))(
+            start, d.x, y, d.count, keys)
+        return assign, loss, attack.corrupt(jax.random.key(3), grads, assign, byz, 2, 2)
+
+    want, ref = jax.jit(side)(data), jax.jit(whole)(data)
+
+    def refuse(self):
+        raise AssertionError("the round read every client's data")
+    monkeypatch.setattr(FederatedViews, "x", property(refuse))
+    monkeypatch.setattr(FederatedViews, "y", property(refuse))
+    got = jax.jit(side)(views)
+    for a, b, r in zip(jax.tree.leaves(got), jax.tree.leaves(want), jax.tree.leaves(ref)):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(b, r, rtol=1e-5, atol=1e-6)

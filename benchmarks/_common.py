@@ -1,0 +1,126 @@
+"""What benchmark scripts share: one child process per configuration (``--one CFG``),
+per-round timing marks, peak memory, the head of a result file, and rounds run in compiled
+chunks under a deadline.
+
+A script using it runs from the command line as ``python benchmarks/<script>.py``, so this
+folder is on ``sys.path``; ``run_child`` also puts the repository root there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_averages() -> str:
+    """The load averages (1, 5, 15 minutes) as ``uptime`` prints them."""
+    return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def peak_memory_mb(backend: str) -> float:
+    """This process's peak memory in MB: on an accelerator the largest device
+    ``peak_bytes_in_use``; on a CPU (or where no device reports it) the peak resident set
+    size (``ru_maxrss``: Python, the JAX runtime and data building included)."""
+    import jax
+    if backend != "cpu":
+        stats = [d.memory_stats() or {} for d in jax.local_devices()]
+        peaks = [s["peak_bytes_in_use"] for s in stats if s.get("peak_bytes_in_use") is not None]
+        if peaks:
+            return max(peaks) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def round_marks(experiment, on_round=None) -> list[float]:
+    """A list that gets ``time.perf_counter()`` after every compiled chunk of rounds: replaces
+    ``experiment.Progress`` by a subclass whose ``update`` (called by ``run_rounds`` after each
+    chunk) appends the time and then calls ``on_round(done)`` when given."""
+    marks: list[float] = []
+
+    class Timer(experiment.Progress):
+        def update(self, done, extra=""):
+            marks.append(time.perf_counter())
+            if on_round is not None:
+                on_round(done)
+
+    experiment.Progress = Timer
+    return marks
+
+
+def check_marks(marks: list, expected: int, script: str) -> None:
+    """Stops with advice when ``run_rounds`` did not report ``expected`` chunks."""
+    if len(marks) != expected:
+        raise SystemExit("run_rounds no longer reports after every chunk through "
+                         f"experiment.Progress.update; update {script}'s timer")
+
+
+def add_child_arguments(p: argparse.ArgumentParser) -> None:
+    """--data-dir (default $FEDCLUST_DATA) and the hidden --one (a child's configuration)."""
+    p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_DATA"),
+                   help="folder holding mnist/ (default $FEDCLUST_DATA)")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+
+
+def run_child(args, run_one) -> bool:
+    """Puts the repository root on ``sys.path``; in a child (``--one CFG``) prints
+    ``run_one(cfg)``'s record as one JSON line and returns True, else returns False."""
+    sys.path.insert(0, ROOT)
+    if not args.one:
+        return False
+    print(json.dumps(run_one(json.loads(args.one)), default=float))
+    return True
+
+
+def child_command(script: str, cfg: dict) -> list[str]:
+    """The command that runs ``script`` as a child on configuration ``cfg``."""
+    return [sys.executable, os.path.abspath(script), "--one", json.dumps(cfg)]
+
+
+def child_record(stdout: str) -> dict:
+    """A child's record: the last line of its stdout."""
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def data_dir_or_error(p: argparse.ArgumentParser, data_dir, who: str = "needs") -> str:
+    """The absolute path of ``data_dir`` (children run in the repository root), or a usage
+    error when it is not a folder."""
+    if not data_dir or not os.path.isdir(data_dir):
+        p.error(f"{who} --data-dir (a folder holding mnist/) or $FEDCLUST_DATA; got {data_dir!r}")
+    return os.path.abspath(data_dir)
+
+
+def write_markdown(path: str, script: str, argv, load_before: str, body: str) -> None:
+    """A result file: the command that regenerates it (``provenance.generated_by`` of
+    ``script`` and ``argv``, None = ``sys.argv[1:]``), the load before and now, then ``body``."""
+    from provenance import generated_by
+    argv = sys.argv[1:] if argv is None else list(argv)
+    with open(path, "w") as f:
+        f.write(generated_by([script] + argv)
+                + f"Load (`uptime`) before: {load_before}; after: {load_averages()} "
+                  f"(on {os.cpu_count()} cores).\n\n{body}\n")
+
+
+def chunked_rounds(step, states, rounds: int, deadline: float, per_chunk: int, *args,
+                   log: bool = True):
+    """Runs rounds 0..rounds-1 as ``states = step(states, ts, *args)`` (a compiled scan over
+    the round indices ts, int32[n]) in chunks of ``per_chunk`` rounds, until ``rounds`` are
+    done or the next chunk, timed like the last, would end after ``deadline``
+    (``time.monotonic()``; the first chunk always runs). Returns (states, rounds run)."""
+    import jax
+    import jax.numpy as jnp
+    done, last, per_chunk = 0, 0.0, max(1, min(per_chunk, rounds))
+    while done < rounds:
+        n = min(per_chunk, rounds - done)
+        if done and time.monotonic() + last * n / per_chunk > deadline:
+            break
+        t0 = time.monotonic()
+        states = jax.block_until_ready(step(states, jnp.arange(done, done + n), *args))
+        last, done = time.monotonic() - t0, done + n
+        if log:
+            print(f"    {done}/{rounds} rounds ({last:.1f} s for the last {n})", flush=True)
+    return states, done
