@@ -308,7 +308,7 @@ def model_state_error(algorithm: str | None, model: str, qualifier: str = "") ->
     return ConfigError(f"{what} does not carry the BatchNorm statistics of model {model!r} (it "
                        f"would normalise with batch statistics); they are carried by "
                        f"{STATE_CARRIERS}; choose one of those, or a model without BatchNorm "
-                       f"(e.g. cifar-cnn)")
+                       f"(e.g. --model cifar-cnn)")
 
 
 def check_model_state(algorithm: str, cfg, model: str | None, stateful: bool):
