@@ -293,3 +293,32 @@ def check_study_value(key: str, value):
     """A study-level value (rounds, seed, restarts, ...) converted and checked."""
     annotation, default = STUDY_TYPES[key]
     return convert(key, value, annotation, default)
+
+
+# Which algorithms carry a model's BatchNorm statistics (models.resnet9.StatefulModel).
+STATE_CARRIERS = 'fedavg, local, ifca and oracle (option="model", no weight sharing)'
+
+
+def model_state_error(algorithm: str | None, model: str, qualifier: str = "") -> ConfigError:
+    """The one-line refusal of a model with BatchNorm state for an algorithm (None: "this
+    algorithm"; ``qualifier``: its configuration, e.g. 'with option="gradient"') that does
+    not carry it."""
+    what = "this algorithm" if algorithm is None else f"algorithm {algorithm!r}"
+    what += f" {qualifier}" if qualifier else ""
+    return ConfigError(f"{what} does not carry the BatchNorm statistics of model {model!r} (it "
+                       f"would normalise with batch statistics); they are carried by "
+                       f"{STATE_CARRIERS}; choose one of those, or a model without BatchNorm "
+                       f"(e.g. --model cifar-cnn)")
+
+
+def check_model_state(algorithm: str, cfg, model: str | None, stateful: bool):
+    """Raises ``model_state_error`` when the model (name ``model``; ``stateful``: it keeps
+    BatchNorm statistics) meets an algorithm config ``cfg`` that does not carry them.
+    ``cfg.model_state_refusal()`` says None where it does, else the configuration that
+    does not; a config without that method never carries them."""
+    if not stateful:
+        return
+    rule = getattr(cfg, "model_state_refusal", None)
+    qualifier = "" if rule is None else rule()
+    if qualifier is not None:
+        raise model_state_error(algorithm, str(model), qualifier)

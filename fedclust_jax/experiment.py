@@ -30,7 +30,7 @@ from fedclust_jax.data.federated import check_dtype
 from fedclust_jax.data.points import true_points
 from fedclust_jax.data.registry import DATASETS, build_dataset
 from fedclust_jax.models.base import with_dtype
-from fedclust_jax.models.registry import build_model
+from fedclust_jax.models.registry import MODELS, build_model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +80,9 @@ class ExperimentConfig:
         # Validate the algorithm's parameters now, before any data is built.
         params = registry_check.check_algorithm(self.algorithm, self.params)
         object.__setattr__(self, "params", params)
-        make_config(ALGORITHMS[self.algorithm].config_cls, params, self.algorithm)
+        alg_cfg = make_config(ALGORITHMS[self.algorithm].config_cls, params, self.algorithm)
+        config_check.check_model_state(self.algorithm, alg_cfg, self.model,
+                                       getattr(MODELS.get(self.model), "stateful", False))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

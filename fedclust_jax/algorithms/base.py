@@ -27,12 +27,14 @@ class ClusterState:
     """K cluster models and the clients' current assignments.
 
     params: pytree with leading axis K; assign: int32[N] (-1 = not yet assigned);
-    round: int32 scalar, rounds done.
+    round: int32 scalar, rounds done; model_state: the K models' BatchNorm statistics
+    [K, ...] where the algorithm carries them (IFCA with a ``StatefulModel``), else None.
     """
 
     params: object
     assign: jax.Array
     round: jax.Array
+    model_state: object = None
 
 
 def check_chunk(chunk):

@@ -1,4 +1,10 @@
-"""FedAvg (McMahan et al.): one global model, the IFCA paper's "global" baseline."""
+"""FedAvg (McMahan et al.): one global model, the IFCA paper's "global" baseline.
+
+A model with BatchNorm statistics (``models.resnet9.StatefulModel``) keeps them in
+``GlobalState.model_state``: every participant trains them from the global statistics and
+the server averages them with the params' weights (``core.train.cluster_pass``); the loss
+and ``evaluate`` use the running statistics (``models.resnet9.running_view``).
+"""
 
 from __future__ import annotations
 
@@ -11,11 +17,14 @@ from flax import struct
 
 from fedclust_jax.algorithms.base import (check_chunk, check_weighting, client_weights,
                                           evaluate_clusters)
+from fedclust_jax.config_check import check_model_state
 from fedclust_jax.core.aggregate import global_mean, mean_from_sums
 from fedclust_jax.core.clients import chain_clients
 from fedclust_jax.core.losses import loss_matrix_ids
 from fedclust_jax.core.participation import num_participants, participants
-from fedclust_jax.core.train import LocalTraining, cluster_pass, local_train
+from fedclust_jax.core.train import (LocalTraining, cluster_pass, join_state, local_train,
+                                     split_state)
+from fedclust_jax.models.resnet9 import is_stateful, running_view
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,16 +51,24 @@ class FedAvgConfig:
         check_weighting(self.weighting)
         check_chunk(self.chunk)
 
+    def model_state_refusal(self):
+        """None: every configuration carries a model's BatchNorm statistics."""
+        return None
+
 
 @struct.dataclass
 class GlobalState:
     params: object  # one model's params
     round: jax.Array
+    model_state: object = None  # one model's BatchNorm statistics (StatefulModel), else None
 
 
 class FedAvg:
     """Each round: M participants train ``local.steps`` steps from the global model, the
     server averages the results.
+
+    BatchNorm statistics (a ``StatefulModel``) are averaged as the params are, with the
+    same weights (the sequential chain carries them from client to client as well).
 
     Memory: streamed (``core.train.cluster_pass`` with K = 1): live O(P + chunk*(P +
     activations)) plus the data; ``sequential`` holds the M checkpoints, O(M*P)."""
@@ -61,9 +78,12 @@ class FedAvg:
 
     def __init__(self, model, cfg: FedAvgConfig = FedAvgConfig()):
         self.model, self.cfg = model, cfg
+        check_model_state(self.name, cfg, model.name, is_stateful(model))
 
     def init(self, key, data) -> GlobalState:
-        return GlobalState(params=self.model.init(key), round=jnp.zeros((), jnp.int32))
+        ms = self.model.init_state(key) if is_stateful(self.model) else None
+        return GlobalState(params=self.model.init(key), round=jnp.zeros((), jnp.int32),
+                           model_state=ms)
 
     def round(self, state: GlobalState, key, data):
         cfg, n = self.cfg, data.num_clients
@@ -71,26 +91,37 @@ class FedAvg:
         full = idx.shape[0] == n
         lr = cfg.local.lr_at(state.round)
         one = jax.tree.map(lambda a: a[None], state.params)
+        ms = jax.tree.map(lambda a: a[None], state.model_state)  # None: stateless
         if cfg.sequential:
-            def train(p, i, k):
-                return local_train(self.model, cfg.local, p, *data.train_client(i), k, lr)
-            loss = loss_matrix_ids(self.model, one, data, None if full else idx, chunk=cfg.chunk)[0]
-            trained = chain_clients(train, one, jnp.zeros(len(idx), jnp.int32), idx, keys,
-                                    order_key=jax.random.fold_in(key, 2))
-            params = global_mean(trained, weights=client_weights(cfg.weighting, data.count[idx]))
+            def train(v, i, k):
+                p, s = split_state(v, ms)
+                return local_train(self.model, cfg.local, p, *data.train_client(i), k, lr, state=s)
+            loss = loss_matrix_ids(*running_view(self.model, one, ms), data,
+                                   None if full else idx, chunk=cfg.chunk)[0]
+            trained = chain_clients(train, join_state(one, ms), jnp.zeros(len(idx), jnp.int32),
+                                    idx, keys, order_key=jax.random.fold_in(key, 2))
+            new = global_mean(trained, weights=client_weights(cfg.weighting, data.count[idx]))
         else:
             sums, totals, loss, _ = cluster_pass(self.model, cfg.local, one, data,
                                                  None if full else idx, keys, lr,
-                                                 weighting=cfg.weighting, chunk=cfg.chunk)
-            params = jax.tree.map(lambda a: a[0], mean_from_sums(one, sums, totals))
-        return GlobalState(params=params, round=state.round + 1), dict(train_loss=loss.mean())
+                                                 weighting=cfg.weighting, chunk=cfg.chunk,
+                                                 state=ms)
+            new = jax.tree.map(lambda a: a[0], mean_from_sums(join_state(one, ms), sums, totals))
+        params, ms = split_state(new, ms)
+        return (GlobalState(params=params, round=state.round + 1, model_state=ms),
+                dict(train_loss=loss.mean()))
 
     def objective(self, state, data):
         one = jax.tree.map(lambda a: a[None], state.params)
-        return loss_matrix_ids(self.model, one, data, None, chunk=self.cfg.chunk)[0].mean()
+        ms = jax.tree.map(lambda a: a[None], state.model_state)
+        return loss_matrix_ids(*running_view(self.model, one, ms), data, None,
+                               chunk=self.cfg.chunk)[0].mean()
 
     def evaluate(self, state, data) -> dict:
+        """With BatchNorm statistics, scored with the running statistics (train=False)."""
         params = jax.tree.map(lambda a: a[None], state.params)
+        ms = jax.tree.map(lambda a: a[None], state.model_state)
         assign = jnp.zeros((data.num_clients,), jnp.int32)
-        return dict(evaluate_clusters(self.model, params, assign, data, chunk=self.cfg.chunk),
+        return dict(evaluate_clusters(*running_view(self.model, params, ms), assign, data,
+                                      chunk=self.cfg.chunk),
                     assign=assign, cluster_params=params)

@@ -17,6 +17,14 @@ data is read once, by id, inside its chunk, to score the K models, train and add
 per-cluster sums. Live memory O(K*P + chunk*(K + P + activations)) plus the data and the
 assignments int32[N]; no [M, P] array exists. The SR-FCA-code variants (``sequential``,
 ``clients_per_cluster``) hold every participant's trained model: O(M*P).
+
+BatchNorm statistics (``models.resnet9.StatefulModel``; option II without weight sharing,
+the oracle included): ``ClusterState.model_state`` [K, ...] holds cluster j's statistics
+s_j; a client trains them from s_{j_i} with its params and the server sets s_j to the same
+weighted mean over the same members as theta_j (streamed: per-cluster sums of statistics
+deltas, [K, S] next to [K, P]); an empty cluster keeps them. Every loss (the cluster choice,
+``evaluate``, ``objective``) uses cluster j's running statistics (train=False,
+``models.resnet9.running_view``). Option I and weight sharing refuse such a model.
 """
 
 from __future__ import annotations
@@ -29,13 +37,16 @@ import jax.numpy as jnp
 
 from fedclust_jax.algorithms.base import (ClusterState, check_chunk, check_clusters,
                                           check_weighting, client_weights, evaluate_clusters)
+from fedclust_jax.config_check import check_model_state
 from fedclust_jax.core.aggregate import cluster_mean, mean_from_sums, share_body
 from fedclust_jax.core.clients import chain_clients, map_clients
 from fedclust_jax.core.losses import loss_matrix, loss_matrix_ids
 from fedclust_jax.core.participation import (client_keys, num_participants, participants,
                                               per_cluster_participants)
 from fedclust_jax.core.pytree import head_mask, take
-from fedclust_jax.core.train import LocalTraining, cluster_pass, local_train
+from fedclust_jax.core.train import (LocalTraining, cluster_pass, join_state, local_train,
+                                     split_state)
+from fedclust_jax.models.resnet9 import is_stateful, running_view
 
 OPTIONS = ("gradient", "model")
 ASSIGNMENTS = ("loss", "oracle", "fixed")
@@ -90,6 +101,15 @@ class IFCAConfig:
             raise ValueError("sequential client training is defined for option=\"model\" "
                              "without weight sharing; set sequential=False")
 
+    def model_state_refusal(self):
+        """None where this configuration carries a model's BatchNorm statistics (option II
+        without weight sharing), else the setting that does not."""
+        if self.option != "model":
+            return f'with option="{self.option}"'
+        if self.weight_sharing:
+            return "with weight sharing"
+        return None
+
 
 class IFCA:
     name = "ifca"
@@ -99,6 +119,7 @@ class IFCA:
         self.model, self.cfg = model, cfg
         if cfg.weight_sharing and not model.head:
             raise ValueError(f"weight sharing needs a model with a head; {model.name} names none")
+        check_model_state(self.name, cfg, model.name, is_stateful(model))
 
     def check_data(self, data):
         check_clusters(self.cfg.num_clusters, data.num_clients)
@@ -121,17 +142,23 @@ class IFCA:
             assign = data.cluster
         elif self.cfg.assignment == "loss":
             assign = jnp.full((data.num_clients,), -1, jnp.int32)
+        ms = None
+        if is_stateful(self.model):  # BatchNorm statistics from init_state, one per cluster
+            ms = jax.tree.map(lambda a: jnp.broadcast_to(a, (k,) + a.shape),
+                              self.model.init_state(jax.random.key(0)))
         return ClusterState(params=params, assign=assign.astype(jnp.int32),
-                            round=jnp.zeros((), jnp.int32))
+                            round=jnp.zeros((), jnp.int32), model_state=ms)
 
     def _share_body(self, params):
         heads = head_mask(params, self.model.head)
         return jax.tree.map(lambda a, h: a if h else jnp.broadcast_to(a[:1], a.shape), params, heads)
 
-    def _assign_ids(self, params, data, ids):
+    def _assign_ids(self, params, data, ids, model_state=None):
         """(assignment int32[M], loss matrix [M, K]) on the training data of clients
-        ``ids`` (None: all N), read by id inside the chunk."""
-        loss, _ = loss_matrix_ids(self.model, params, data, ids, chunk=self.cfg.chunk)
+        ``ids`` (None: all N), read by id inside the chunk; with ``model_state`` [K, ...]
+        the models use their running statistics."""
+        loss, _ = loss_matrix_ids(*running_view(self.model, params, model_state), data, ids,
+                                  chunk=self.cfg.chunk)
         return jnp.argmin(loss, axis=1).astype(jnp.int32), loss
 
     def assign(self, params, x, y, count):
@@ -149,10 +176,11 @@ class IFCA:
         ids, keys = participants(key, n, cfg.participation)
         full = ids.shape[0] == n
         lr = cfg.local.lr_at(state.round)
+        ms = state.model_state
         sums, totals, loss, found = cluster_pass(
             self.model, cfg.local, state.params, data, None if full else ids, keys, lr,
             upload=cfg.option, fixed_assign=None if cfg.assignment == "loss" else state.assign,
-            weighting=cfg.weighting, share_body=cfg.weight_sharing, chunk=cfg.chunk)
+            weighting=cfg.weighting, share_body=cfg.weight_sharing, chunk=cfg.chunk, state=ms)
         clusters = jax.tree.map(lambda s: s[:k], sums)
         if cfg.option == "gradient":
             step = lambda p, g: (p.astype(jnp.float32) - (lr / n) * g).astype(p.dtype)
@@ -161,7 +189,8 @@ class IFCA:
                 body = jax.tree.map(lambda p, s: step(p[0], s[k]), state.params, sums)
                 params = share_body(params, head_mask(state.params, self.model.head), body)
         else:
-            params = mean_from_sums(state.params, clusters, totals[:k])
+            params, ms = split_state(
+                mean_from_sums(join_state(state.params, ms), clusters, totals[:k]), ms)
             if cfg.weight_sharing:
                 first = jax.tree.map(lambda p: p[:1], state.params)
                 body = mean_from_sums(first, jax.tree.map(lambda s: s[k:], sums), totals[k:])
@@ -171,7 +200,7 @@ class IFCA:
             assign = state.assign
         else:
             assign = found if full else state.assign.at[ids].set(found)
-        new = ClusterState(params=params, assign=assign, round=state.round + 1)
+        new = ClusterState(params=params, assign=assign, round=state.round + 1, model_state=ms)
         return new, dict(train_loss=loss.min(axis=1).mean())
 
     def _select(self, state: ClusterState, key, data):
@@ -180,10 +209,10 @@ class IFCA:
         cfg, k = self.cfg, self.cfg.num_clusters
         if cfg.clients_per_cluster is None:
             idx, keys = participants(key, data.num_clients, cfg.participation)
-            found, loss = self._assign_ids(state.params, data, idx)
+            found, loss = self._assign_ids(state.params, data, idx, state.model_state)
             assign = found if cfg.assignment == "loss" else state.assign[idx]
             return idx, keys, assign, state.assign.at[idx].set(assign), loss
-        found, loss = self._assign_ids(state.params, data, None)
+        found, loss = self._assign_ids(state.params, data, None, state.model_state)
         everyone = found if cfg.assignment == "loss" else state.assign
         ids, valid = per_cluster_participants(jax.random.fold_in(key, 3), everyone, k,
                                               cfg.clients_per_cluster)
@@ -198,28 +227,32 @@ class IFCA:
         cfg = self.cfg
         idx, keys, assign, new_assign, loss = self._select(state, key, data)
         lr = cfg.local.lr_at(state.round)
+        ms = state.model_state
 
-        def train(p, i, kk):
-            return local_train(self.model, cfg.local, p, *data.train_client(i), kk, lr)
+        def train(v, i, kk):
+            p, s = split_state(v, ms)
+            return local_train(self.model, cfg.local, p, *data.train_client(i), kk, lr, state=s)
 
+        start = join_state(state.params, ms)
         if cfg.sequential:
-            trained = chain_clients(train, state.params, assign, idx, keys,
+            trained = chain_clients(train, start, assign, idx, keys,
                                     order_key=jax.random.fold_in(key, 2))
         else:
-            start = take(state.params, jnp.clip(assign, 0, cfg.num_clusters - 1))
-            trained = map_clients(train, start, idx, keys, chunk=cfg.chunk)
+            mine = take(start, jnp.clip(assign, 0, cfg.num_clusters - 1))
+            trained = map_clients(train, mine, idx, keys, chunk=cfg.chunk)
         w = client_weights(cfg.weighting, data.count[idx])
-        params = cluster_mean(trained, assign, state.params, weights=w)
-        new = ClusterState(params=params, assign=new_assign, round=state.round + 1)
+        params, ms = split_state(cluster_mean(trained, assign, start, weights=w), ms)
+        new = ClusterState(params=params, assign=new_assign, round=state.round + 1, model_state=ms)
         return new, dict(train_loss=loss.min(axis=1).mean())
 
     def objective(self, state, data):
         """mean_i min_j F_i(theta_j) on training data: picks a restart without ground truth."""
-        return self._assign_ids(state.params, data, None)[1].min(axis=1).mean()
+        return self._assign_ids(state.params, data, None, state.model_state)[1].min(axis=1).mean()
 
     def evaluate(self, state, data) -> dict:
         """Assignments recomputed for every client with the final models on training data."""
         assign = state.assign if self.cfg.assignment != "loss" else self._assign_ids(
-            state.params, data, None)[0]
-        return dict(evaluate_clusters(self.model, state.params, assign, data, chunk=self.cfg.chunk),
+            state.params, data, None, state.model_state)[0]
+        return dict(evaluate_clusters(*running_view(self.model, state.params, state.model_state),
+                                      assign, data, chunk=self.cfg.chunk),
                     assign=assign, cluster_params=state.params)

@@ -1,4 +1,9 @@
-"""Local: every client trains alone on its own data (no communication)."""
+"""Local: every client trains alone on its own data (no communication).
+
+A model with BatchNorm statistics (``models.resnet9.StatefulModel``) keeps one set per
+client, ``LocalState.model_state`` [N, ...], trained with the client's params and used with
+its running statistics (train=False) for the losses and ``evaluate``.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,12 @@ import jax.numpy as jnp
 from flax import struct
 
 from fedclust_jax.algorithms.base import check_chunk
+from fedclust_jax.config_check import check_model_state
 from fedclust_jax.core.clients import map_client_data
 from fedclust_jax.core.losses import client_loss_accuracy, own_loss_ids
 from fedclust_jax.core.participation import client_keys
-from fedclust_jax.core.train import LocalTraining, local_train
+from fedclust_jax.core.train import LocalTraining, join_state, local_train, split_state
+from fedclust_jax.models.resnet9 import is_stateful, running_view
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,16 +36,23 @@ class LocalConfig:
     def __post_init__(self):
         check_chunk(self.chunk)
 
+    def model_state_refusal(self):
+        """None: every configuration carries a model's BatchNorm statistics."""
+        return None
+
 
 @struct.dataclass
 class LocalState:
     params: object  # leading axis N: one model per client
     round: jax.Array
+    model_state: object = None  # [N, ...] each client's BatchNorm statistics, else None
 
 
 class Local:
     """All clients start from one common initialisation and never communicate. Each client
     is evaluated with its own model on its own test split.
+
+    BatchNorm statistics (a ``StatefulModel``) are per client too, from one common start.
 
     Memory: the N per-client models are the state, O(N*P) (twice during a round: read
     and written), plus chunk*(P + activations); data read by id, never copied."""
@@ -48,11 +62,14 @@ class Local:
 
     def __init__(self, model, cfg: LocalConfig = LocalConfig()):
         self.model, self.cfg = model, cfg
+        check_model_state(self.name, cfg, model.name, is_stateful(model))
 
     def init(self, key, data) -> LocalState:
         p = self.model.init(key)
-        params = jax.tree.map(lambda a: jnp.broadcast_to(a, (data.num_clients,) + a.shape), p)
-        return LocalState(params=params, round=jnp.zeros((), jnp.int32))
+        every = lambda tree: jax.tree.map(
+            lambda a: jnp.broadcast_to(a, (data.num_clients,) + a.shape), tree)
+        ms = every(self.model.init_state(key)) if is_stateful(self.model) else None
+        return LocalState(params=every(p), round=jnp.zeros((), jnp.int32), model_state=ms)
 
     def round(self, state: LocalState, key, data):
         """One pass over the clients: the loss before training and the trained model of
@@ -60,19 +77,27 @@ class Local:
         keys = client_keys(key, jnp.arange(data.num_clients))
         lr = self.cfg.local.lr_at(state.round)
 
-        def client(i, x, y, c, p, k):
-            loss = client_loss_accuracy(self.model, p, x, y, c)[0]
-            return loss, local_train(self.model, self.cfg.local, p, x, y, c, k, lr)
+        ms = state.model_state
 
-        loss, params = map_client_data(client, data, None, state.params, keys, chunk=self.cfg.chunk)
-        return LocalState(params=params, round=state.round + 1), dict(train_loss=loss.mean())
+        def client(i, x, y, c, v, k):
+            p, s = split_state(v, ms)
+            loss = client_loss_accuracy(*running_view(self.model, p, s), x, y, c)[0]
+            return loss, local_train(self.model, self.cfg.local, p, x, y, c, k, lr, state=s)
+
+        loss, new = map_client_data(client, data, None, join_state(state.params, ms), keys,
+                                    chunk=self.cfg.chunk)
+        params, ms = split_state(new, ms)
+        return (LocalState(params=params, round=state.round + 1, model_state=ms),
+                dict(train_loss=loss.mean()))
 
     def objective(self, state, data):
-        return own_loss_ids(self.model, state.params, data, None, chunk=self.cfg.chunk)[0].mean()
+        return own_loss_ids(*running_view(self.model, state.params, state.model_state), data,
+                            None, chunk=self.cfg.chunk)[0].mean()
 
     def evaluate(self, state, data) -> dict:
-        loss, acc = own_loss_ids(self.model, state.params, data, None, chunk=self.cfg.chunk,
-                                 test=True)
+        """Client i's own model (with its running statistics, train=False) on its test data."""
+        loss, acc = own_loss_ids(*running_view(self.model, state.params, state.model_state),
+                                 data, None, chunk=self.cfg.chunk, test=True)
         assign = jnp.arange(data.num_clients, dtype=jnp.int32)
         return dict(test_loss=loss, test_acc=acc, assigned_test_loss=loss,
                     assigned_test_acc=acc, assign=assign, cluster_params=state.params)

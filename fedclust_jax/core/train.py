@@ -10,10 +10,12 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
+from fedclust_jax.config_check import model_state_error
 from fedclust_jax.core.clients import stream_clients
 from fedclust_jax.data.federated import example_mask
 from fedclust_jax.core.optim import check_optimizer, make_optimizer
 from fedclust_jax.core.traced import concrete
+from fedclust_jax.models.resnet9 import is_stateful, running_view
 
 @dataclasses.dataclass(frozen=True)
 class LocalTraining:
@@ -75,6 +77,34 @@ def training_loss(model, cfg: LocalTraining, params, x, y, mask):
     return loss
 
 
+def training_loss_with_state(model, cfg: LocalTraining, params, state, x, y, mask):
+    """(training loss, new state) of a ``StatefulModel``: ``loss_with_state`` (batch
+    statistics of the real rows, running averages updated) plus the L2 penalty."""
+    loss, state = model.loss_with_state(params, state, x, y, mask)
+    if not is_static_zero(cfg.weight_decay):
+        loss = loss + 0.5 * cfg.weight_decay * sum(
+            jnp.sum(a.astype(jnp.float32) ** 2) for a in jax.tree.leaves(params))
+    return loss, state
+
+
+def refuse_lost_state(model, state):
+    """ValueError when ``model`` keeps BatchNorm statistics but no ``state`` is carried
+    (they would be dropped and the model normalised with batch statistics)."""
+    if state is None and is_stateful(model):
+        raise model_state_error(None, model.name)
+
+
+def join_state(params, state):
+    """What a round trains and averages: ``params`` (``state`` None: a stateless model) or
+    the pair (params, state); ``split_state`` undoes it."""
+    return params if state is None else (params, state)
+
+
+def split_state(variables, state):
+    """(params, state) of ``join_state``'s output; ``state`` says only whether there is one."""
+    return (variables, None) if state is None else variables
+
+
 def shuffled_order(key, count, n_max: int) -> jax.Array:
     """int32[n_max]: the client's real example indices (< count) in random order first,
     padding after; a masked Gumbel sort, so a traced ``count`` works."""
@@ -91,11 +121,16 @@ def minibatch(order, step, count, batch_size: int):
     return idx, mask
 
 
-def local_train(model, cfg: LocalTraining, params, x, y, count, key, lr):
+def local_train(model, cfg: LocalTraining, params, x, y, count, key, lr, state=None):
     """``cfg.steps`` optimizer steps on one client from ``params``.
 
     params: one model's params; x [n_max, ...], y [n_max], count: scalar int; lr: scalar.
     Returns the client's new params, in the params' own dtypes.
+    state: None, or a ``StatefulModel``'s BatchNorm statistics (one model's): every step
+    then normalises with the batch statistics of its real rows and updates the running
+    averages (``training_loss_with_state``), and the result is the pair (params, state
+    after the last step), the state in its own dtypes. A ``StatefulModel`` without
+    ``state`` is refused (ValueError).
 
     Precision: the steps update a float32 copy of the params (master weights) with float32
     optimizer state; each gradient is taken through a cast of that copy to the params'
@@ -103,33 +138,46 @@ def local_train(model, cfg: LocalTraining, params, x, y, count, key, lr):
     params) and the gradient arrives in float32. The result is rounded back to the stored
     dtype once, at the end. With float32 params every cast is the identity.
     """
+    refuse_lost_state(model, state)
     n_max = x.shape[0]
     opt = cfg.optimizer_for(lr)
     dtypes = jax.tree.map(lambda a: a.dtype, params)
     stored = lambda p: jax.tree.map(lambda a, d: a.astype(d), p, dtypes)
     params = jax.tree.map(
         lambda a: a.astype(jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating) else a, params)
-    grad_fn = jax.grad(lambda p, xb, yb, m: training_loss(model, cfg, stored(p), xb, yb, m))
+    if state is None:
+        grad_fn = jax.grad(lambda p, xb, yb, m: training_loss(model, cfg, stored(p), xb, yb, m))
+        grads = lambda p, st, xb, yb, m: (grad_fn(p, xb, yb, m), st)
+    else:
+        state_fn = jax.grad(lambda p, st, xb, yb, m: training_loss_with_state(
+            model, cfg, stored(p), st, xb, yb, m), has_aux=True)
+
+        def grads(p, st, xb, yb, m):
+            g, new = state_fn(p, st, xb, yb, m)
+            return g, jax.tree.map(lambda a, b: a.astype(b.dtype), new, st)
     full_mask = example_mask(count, n_max)
     order = None if cfg.batch_size is None else shuffled_order(key, count, n_max)
 
     def step(carry, s):
-        p, opt_state = carry
+        p, opt_state, st = carry
         if cfg.batch_size is None:
-            g = grad_fn(p, x, y, full_mask)
+            g, st = grads(p, st, x, y, full_mask)
         else:
             idx, m = minibatch(order, s, count, cfg.batch_size)
-            g = grad_fn(p, x[idx], y[idx], m)
+            g, st = grads(p, st, x[idx], y[idx], m)
         updates, opt_state = opt.update(g, opt_state, p)
-        return (optax.apply_updates(p, updates), opt_state), None
+        return (optax.apply_updates(p, updates), opt_state, st), None
 
-    (params, _), _ = lax.scan(step, (params, opt.init(params)), jnp.arange(cfg.steps))
-    return stored(params)
+    (params, _, state_out), _ = lax.scan(step, (params, opt.init(params), state),
+                                         jnp.arange(cfg.steps))
+    return stored(params) if state is None else (stored(params), state_out)
 
 
 def client_gradient(model, cfg: LocalTraining, params, x, y, count, key):
     """Gradient of the client's training loss at ``params`` (full batch, or one minibatch
-    of ``cfg.batch_size`` when set); the IFCA option-I / BR-IFCA upload."""
+    of ``cfg.batch_size`` when set); the IFCA option-I / BR-IFCA upload. A ``StatefulModel``
+    is refused (its statistics are not carried here)."""
+    refuse_lost_state(model, None)
     n_max = x.shape[0]
     if cfg.batch_size is None:
         return jax.grad(lambda p: training_loss(model, cfg, p, x, y, example_mask(count, n_max)))(params)
@@ -142,7 +190,7 @@ UPLOADS = ("model", "gradient")
 
 def cluster_pass(model, cfg: LocalTraining, params, data, ids, keys, lr, *, upload: str = "model",
                  fixed_assign=None, active=None, weighting: str = "equal",
-                 share_body: bool = False, chunk=None):
+                 share_body: bool = False, chunk=None, state=None):
     """One streamed pass of an IFCA-style round: each participant is assigned, trains and
     adds its upload into per-cluster sums, reading its training data once, inside the chunk.
 
@@ -156,29 +204,45 @@ def cluster_pass(model, cfg: LocalTraining, params, data, ids, keys, lr, *, uplo
     gradient (``client_gradient``). Weight w_i: 1, or count_i for weighting="samples" (model
     uploads only). Rows: one-hot(j_i) * w_i, plus a last row w_i for every participant when
     ``share_body`` (the weight-shared body's sum over all participants).
+    state: None, or [K, ...] the cluster models' BatchNorm statistics s_j (a
+    ``StatefulModel``; upload="model" without ``share_body`` only): the losses F_i use the
+    running statistics (``running_view``), client i trains from (theta_{j_i}, s_{j_i})
+    carrying them (``local_train(..., state=)``) and uploads the pair of deltas
+    (theta_i - theta_{j_i}, s_i - s_{j_i}) with the same row; ``sums`` is then the pair
+    (params sums, statistics sums), and ``mean_from_sums((params, state), sums, totals)``
+    gives both weighted cluster means.
 
     Returns (sums [G, ...] float32, totals float32[G], loss [M, K], assign int32[M]),
     G = K (+1 with share_body). Live memory O(G*P + chunk*(P + activations)).
     """
     if upload not in UPLOADS:
         raise ValueError(f"upload must be one of {UPLOADS}, got {upload!r}")
+    if state is not None and (upload != "model" or share_body):
+        raise ValueError('BatchNorm state is carried with upload="model" and no shared body only')
     k = jax.tree.leaves(params)[0].shape[0]
+    view, scored = running_view(model, params, state)
 
     def client(i, x, y, count, key):
         mask = example_mask(count, x.shape[0])
-        loss = jax.vmap(lambda p: model.loss_and_accuracy(p, x, y, mask)[0])(params)
+        loss = jax.vmap(lambda p: view.loss_and_accuracy(p, x, y, mask)[0])(scored)
         if fixed_assign is None:
-            scored = loss if active is None else jnp.where(active, loss, jnp.inf)
-            j = jnp.argmin(scored).astype(jnp.int32)
+            scored_loss = loss if active is None else jnp.where(active, loss, jnp.inf)
+            j = jnp.argmin(scored_loss).astype(jnp.int32)
         else:
             j = fixed_assign[i].astype(jnp.int32)
         start = jax.tree.map(lambda a: a[jnp.clip(j, 0, k - 1)], params)
         if upload == "gradient":
             value, w = client_gradient(model, cfg, start, x, y, count, key), jnp.float32(1)
         else:
-            trained = local_train(model, cfg, start, x, y, count, key, lr)
-            value = jax.tree.map(lambda t, s: t.astype(jnp.float32) - s.astype(jnp.float32),
-                                 trained, start)
+            delta = lambda t, s: t.astype(jnp.float32) - s.astype(jnp.float32)
+            if state is None:
+                trained = local_train(model, cfg, start, x, y, count, key, lr)
+                value = jax.tree.map(delta, trained, start)
+            else:
+                s_start = jax.tree.map(lambda a: a[jnp.clip(j, 0, k - 1)], state)
+                trained, s_new = local_train(model, cfg, start, x, y, count, key, lr,
+                                             state=s_start)
+                value = (jax.tree.map(delta, trained, start), jax.tree.map(delta, s_new, s_start))
             w = count.astype(jnp.float32) if weighting == "samples" else jnp.float32(1)
         rows = jax.nn.one_hot(j, k, dtype=jnp.float32) * w
         if share_body:

@@ -15,12 +15,23 @@ points that carry a mask (``loss``, ``loss_and_accuracy``, what the algorithms c
 ``apply(params, x)`` and ``example_losses`` treat every row as real. Without a carried state
 they normalise with the batch's statistics and keep nothing.
 
-Carrying the state through training (not done by the algorithms yet): a runner keeps
-``state`` with the same leading axes as ``params`` (K cluster models -> [K, ...]); a local
-step is ``(g, state) = jax.grad(model.loss_with_state, has_aux=True)(p, state, xb, yb, m)``
-and the state after the last step is returned next to the params; the server aggregates the
-states as it aggregates the params (the same weighted cluster mean); ``evaluate`` uses
-``apply_with_state(..., train=False)`` with the cluster's state.
+Carrying the state through training: FedAvg, Local and IFCA option II (the oracle
+included; no weight sharing) carry it; every other algorithm refuses a ``StatefulModel``
+before compute with one line (``config_check.check_model_state``). The algorithm state
+holds ``model_state`` with the leading axes of its ``params``: FedAvg one model's
+statistics, Local [N, ...] (one set per client), IFCA [K, ...] (one per cluster); each leaf
+is a BatchNorm mean or variance [C] (4,480 floats per model for "page" at width 64).
+``core.train.local_train(..., state=s)`` takes every step as
+``(g, s) = jax.grad(loss_with_state, has_aux=True)(p, s, xb, yb, m)`` (batch statistics of
+the minibatch's real rows, running averages updated) and returns (params, statistics after
+the last step). The server averages the statistics with the same weights over the same
+members as the params: s_j <- sum_i w_i s_i / sum_i w_i over cluster j's participants
+(streamed as per-cluster sums of the deltas s_i - s_j, [K, S] next to the params' [K, P],
+``core.train.cluster_pass``); an empty cluster keeps its statistics. Every loss that
+scores a model (IFCA's cluster choice, ``objective``, ``evaluate``) uses its running
+statistics: ``running_view(model, params, state)`` is a stateless ``Model`` over
+{"params", "state"} whose ``apply`` is ``apply_with_state(..., train=False)``. The
+statistics start at ``init_state`` (mean 0, variance 1).
 
 Variants (``variant``):
 - "page" (default; Page 2018): prep conv_bn(3, 64) -> conv_bn(64, 128) + maxpool 2 +
@@ -106,6 +117,33 @@ class StatefulModel(Model):
         is True (a fresh state; nothing kept)."""
         state = jax.tree.map(jnp.zeros_like, jax.eval_shape(self.init_state, jax.random.key(0)))
         return self.apply_with_state(params, state, x, train=True, mask=mask)[0]
+
+
+def is_stateful(model) -> bool:
+    """True for a model with a state pytree (BatchNorm statistics) that training must carry."""
+    return isinstance(model, StatefulModel)
+
+
+def running_view(model, params, state):
+    """(model, params) that score with the running statistics.
+
+    state None (a stateless model): ``(model, params)`` unchanged. Otherwise a stateless
+    ``Model`` whose params are {"params": params, "state": state} (both with the same
+    leading axes, e.g. [K, ...]) and whose ``apply`` is ``apply_with_state(..., train=False)``:
+    any loss routine (``core.losses``, ``evaluate_clusters``) then scores the model with its
+    running statistics, as it is served; the mask only weights the loss."""
+    if state is None:
+        return model, params
+
+    def apply(variables, x):
+        return model.apply_with_state(variables["params"], variables["state"], x, train=False)[0]
+
+    def init(key):
+        return {"params": model.init(key), "state": model.init_state(key)}
+
+    view = Model(name=f"{model.name}-running", init=init, apply=apply, task=model.task,
+                 head=model.head)
+    return view, {"params": params, "state": state}
 
 
 def from_nnx_stateful(name: str, make: Callable[[nnx.Rngs], nnx.Module], *, task: str,
@@ -232,8 +270,6 @@ def resnet9(num_classes: int = 10, *, variant: str = "page", width: int = 64,
                              task="classification", head=("linear",))
 
 
-
-
 def resnet9_for(data, variant: str = "page", width: int = 64,
                 conv: str = "auto") -> StatefulModel:
     """Registry builder: ResNet9 with ``data``'s classes and channels."""
@@ -242,3 +278,6 @@ def resnet9_for(data, variant: str = "page", width: int = 64,
         raise ValueError(f"resnet9 needs images [H, W, C], data has features {shape}")
     return resnet9(data.num_classes, channels=shape[-1], variant=variant, width=width,
                    conv=conv)
+
+
+resnet9_for.stateful = True   # the registry's models that keep state (config_check)
