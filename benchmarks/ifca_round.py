@@ -5,8 +5,13 @@ Layouts (--chunks): "default" (whatever ``IFCAConfig()`` chooses), "auto" (``chu
 the per-backend choice, where this version has it; otherwise the row says so and is
 skipped; both rows show the chunk they resolve to on this backend, ``resolve_chunk``), "none" (one vmap over all clients) or a chunk size c (``lax.map`` over chunks of
 c clients). For each size the fastest manual layout (none or a number) is marked, and with
---evaluate the cost of ``alg.evaluate`` (re-assigning every client on its training data and
-scoring the test split) is timed separately under the default layout.
+--evaluate the end-of-run cost is timed separately from the round, under the default
+layout, after the timed rounds: ``alg.evaluate`` alone (re-assigning every client on its
+training data and scoring the test split) and the runner's whole end of run for one
+restart (``experiment.end_of_run``: the training objective that picks the restart, then
+the evaluation; one ``alg.objective_and_evaluate`` call where the algorithm has it, else
+the vmapped ``alg.objective`` and ``alg.evaluate``), each the median of --repeats calls
+after a compile call.
 
 --dtype bfloat16 stores the params and data in bf16 (float32 losses, sums and optimizer
 state; ``models.base.with_dtype``, ``FederatedData.astype``).
@@ -76,12 +81,32 @@ def time_round(alg, data, *, repeats: int) -> float:
     return statistics.median(times), state
 
 
-def time_evaluate(alg, state, data) -> float:
+def _median_seconds(fn, repeats: int) -> float:
+    jax.block_until_ready(fn())   # compile
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def time_evaluate(alg, state, data, *, repeats: int) -> float:
     ev = jax.jit(alg.evaluate)
-    jax.block_until_ready(ev(state, data))
-    t0 = time.perf_counter()
-    jax.block_until_ready(ev(state, data))
-    return time.perf_counter() - t0
+    return _median_seconds(lambda: ev(state, data), repeats)
+
+
+def time_end_of_run(alg, state, data, *, repeats: int) -> float:
+    """Seconds of what ``experiment.end_of_run`` computes for one restart (compiled): the
+    objective and the evaluation, in one call where the algorithm has
+    ``objective_and_evaluate`` and otherwise as the runner did before it existed."""
+    if hasattr(alg, "objective_and_evaluate"):
+        both = jax.jit(alg.objective_and_evaluate)
+        return _median_seconds(lambda: both(state, data), repeats)
+    objective = jax.jit(jax.vmap(alg.objective, in_axes=(0, None)))
+    ev = jax.jit(alg.evaluate)
+    states = jax.tree.map(lambda a: a[None], state)   # a restart axis of 1
+    return _median_seconds(lambda: (objective(states, data), ev(state, data)), repeats)
 
 
 def parse_chunk(c):
@@ -103,7 +128,8 @@ def main():
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                    help="storage of params and data")
     p.add_argument("--evaluate", action="store_true",
-                   help="also time alg.evaluate under the default layout")
+                   help="also time alg.evaluate and the end of run (objective + evaluate) "
+                        "under the default layout")
     args = p.parse_args()
     sizes = ([tuple(int(v) for v in s.split(":")) for s in args.sizes] if args.sizes
              else [(m, args.n) for m in args.clients])
@@ -137,8 +163,11 @@ def main():
             print(f"| {m} | {n} | {label} | {sec:.2f} | {gflop:.1f} | {gflop / sec:.1f} |",
                   flush=True)
             if args.evaluate and c == "default":
-                ev = time_evaluate(alg, state, data)
+                ev = time_evaluate(alg, state, data, repeats=args.repeats)
                 print(f"| {m} | {n} | {label}: alg.evaluate | {ev:.2f} | | |", flush=True)
+                end = time_end_of_run(alg, state, data, repeats=args.repeats)
+                print(f"| {m} | {n} | {label}: end of run (objective + evaluate) | {end:.2f} | | |",
+                      flush=True)
         if manual:
             best = min(manual, key=manual.get)
             print(f"| {m} | {n} | fastest manual: {best} | {manual[best]:.2f} | | |", flush=True)

@@ -369,6 +369,33 @@ def build_run_algorithm(cfg: ExperimentConfig, data):
     return alg
 
 
+def end_of_run(alg, states, data, restarts: int, to_host=lambda tree: tree):
+    """(objective float32[R], evaluation) after the last round: the training objective of
+    each of the R restarts (states with leading axis R) and ``evaluation(r)``, restart r's
+    ``alg.evaluate`` on the host, each computed at most once. An algorithm with
+    ``objective_and_evaluate`` gets one call per restart, where the objective and the
+    evaluation share one pass over the clients; otherwise the objective is vmapped over
+    the restarts and ``alg.evaluate`` runs for the restarts asked for."""
+    pick = lambda r: jax.tree.map(lambda a: a[r], states)
+    done: dict[int, dict] = {}
+    if hasattr(alg, "objective_and_evaluate"):
+        both = jax.jit(alg.objective_and_evaluate)
+        values = []
+        for r in range(restarts):
+            value, done[r] = to_host(both(pick(r), data))
+            values.append(np.asarray(value))
+        objective = np.asarray(values, np.float32)
+    else:
+        objective = np.asarray(to_host(jax.jit(jax.vmap(alg.objective, in_axes=(0, None)))(states, data)))
+    evaluate = jax.jit(alg.evaluate)
+
+    def evaluation(r: int) -> dict:
+        if r not in done:
+            done[r] = to_host(evaluate(pick(r), data))
+        return done[r]
+    return objective, evaluation
+
+
 def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
                    checkpoint: str | None = None, devices: int | None = None,
                    memory_limit: int | None = None) -> dict:
@@ -401,16 +428,13 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
                                  restarts=cfg.restarts, rounds_per_chunk=cfg.rounds_per_chunk,
                                  progress=progress, checkpoint=checkpoint, config=cfg.to_dict(),
                                  mesh=mesh, eval_every=cfg.eval_every)
-    objective = np.asarray(to_host(jax.jit(jax.vmap(alg.objective, in_axes=(0, None)))(states, data)))
+    objective, evaluation = end_of_run(alg, states, data, cfg.restarts, to_host)
     chosen = int(np.nanargmin(objective)) if np.isfinite(objective).any() else 0
-    evaluate_jit = jax.jit(alg.evaluate)
-    evaluate = lambda state, d: to_host(evaluate_jit(state, d))
-    pick = lambda r: jax.tree.map(lambda a: a[r], states)
-    result_metrics = summarize(alg, evaluate(pick(chosen), data), host_data)
+    result_metrics = summarize(alg, evaluation(chosen), host_data)
     wall = time.perf_counter() - t0
     restarts_info: dict[str, Any] = {"objective": objective.tolist(), "chosen": chosen}
     if cfg.restarts > 1:
-        per = [summarize(alg, evaluate(pick(r), data), host_data) for r in range(cfg.restarts)]
+        per = [summarize(alg, evaluation(r), host_data) for r in range(cfg.restarts)]
         for key in ("param_error", "misclustering"):
             vals = [p.get(key) for p in per]
             if all(v is not None for v in vals):

@@ -7,7 +7,13 @@ An algorithm is an object holding its static config and model, with pure methods
     evaluate(state, data) -> dict of arrays        # per-client test loss/accuracy, assignments
     objective(state, data) -> scalar               # training objective, picks among restarts
 
-The experiment runner owns the round loop (``lax.scan`` chunks, restarts as a vmap axis).
+Optional, where the objective and the evaluation share a pass over the clients (the
+training-loss matrix that both re-assignment and the objective read):
+
+    objective_and_evaluate(state, data) -> (scalar, dict)   # = (objective, evaluate)
+
+The experiment runner owns the round loop (``lax.scan`` chunks, restarts as a vmap axis)
+and, at the end, calls ``objective_and_evaluate`` once per restart where it exists.
 """
 
 from __future__ import annotations
@@ -75,6 +81,13 @@ def evaluate_clusters(model, params, assign, data, *, chunk="auto", active=None)
     assigned_test_acc, and the [N, K] matrices test_loss_matrix / test_acc_matrix.
     """
     loss, acc = loss_matrix_ids(model, params, data, None, chunk=chunk, test=True)
+    return score_clusters(loss, acc, assign, active=active)
+
+
+def score_clusters(loss, acc, assign, *, active=None) -> dict:
+    """``evaluate_clusters`` from test matrices already computed: loss, acc [N, K] (e.g.
+    by ``core.losses.train_test_loss_matrices``, in the pass that also reads the training
+    data), assign int32[N], active bool[K] or None."""
     rows = jnp.arange(loss.shape[0])
     best = jnp.argmin(loss if active is None else jnp.where(active[None, :], loss, jnp.inf), axis=1)
     safe = jnp.clip(assign, 0, loss.shape[1] - 1)

@@ -30,11 +30,11 @@ import typing
 import jax
 import jax.numpy as jnp
 
-from fedclust_jax.algorithms.base import ClusterState, check_chunk, check_clusters, evaluate_clusters
+from fedclust_jax.algorithms.base import ClusterState, check_chunk, check_clusters, score_clusters
 from fedclust_jax.attacks import ByzantineSetting, attack_from_config
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
 from fedclust_jax.attacks.rounds import byzantine_assign, byzantine_gradients
-from fedclust_jax.core.losses import loss_matrix_ids
+from fedclust_jax.core.losses import loss_matrix_ids, train_test_loss_matrices
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.robust import MEDIANS, METHODS, check_rule, cluster_aggregate
 from fedclust_jax.core.train import LocalTraining
@@ -187,11 +187,23 @@ class BRIFCA:
 
     def objective(self, state, data):
         """Mean over honest machines of min_j F_i(theta_j)."""
+        return self._honest_mean(self._assign(state.params, data)[1], data)
+
+    def _honest_mean(self, loss, data):
+        """Mean over honest machines of min_j loss[i, j] (loss [N, K])."""
         byz = byzantine_mask(data.num_clients, self.cfg.byz_frac)
-        loss = self._assign(state.params, data)[1].min(axis=1)
+        loss = loss.min(axis=1)
         return jnp.sum(jnp.where(byz, 0.0, loss)) / jnp.maximum(jnp.sum(~byz), 1)
 
     def evaluate(self, state, data) -> dict:
-        assign = self._assign(state.params, data)[0]
-        return dict(evaluate_clusters(self.model, state.params, assign, data, chunk=self.cfg.chunk),
-                    assign=assign, cluster_params=state.params)
+        """Every machine re-assigned on its training data, in the pass that scores the test data."""
+        return self.objective_and_evaluate(state, data)[1]
+
+    def objective_and_evaluate(self, state, data):
+        """(``objective``, ``evaluate``) from one pass over the clients (training and test
+        data): the training-loss matrix is computed once for both."""
+        train, loss, acc = train_test_loss_matrices(self.model, state.params, data,
+                                                    chunk=self.cfg.chunk)
+        assign = jnp.argmin(train, axis=1).astype(jnp.int32)
+        return self._honest_mean(train, data), dict(
+            score_clusters(loss, acc, assign), assign=assign, cluster_params=state.params)

@@ -36,11 +36,12 @@ import jax
 import jax.numpy as jnp
 
 from fedclust_jax.algorithms.base import (ClusterState, check_chunk, check_clusters,
-                                          check_weighting, client_weights, evaluate_clusters)
+                                          check_weighting, client_weights, evaluate_clusters,
+                                          score_clusters)
 from fedclust_jax.config_check import check_model_state
 from fedclust_jax.core.aggregate import cluster_mean, mean_from_sums, share_body
 from fedclust_jax.core.clients import chain_clients, map_clients
-from fedclust_jax.core.losses import loss_matrix, loss_matrix_ids
+from fedclust_jax.core.losses import loss_matrix, loss_matrix_ids, train_test_loss_matrices
 from fedclust_jax.core.participation import (client_keys, num_participants, participants,
                                               per_cluster_participants)
 from fedclust_jax.core.pytree import head_mask, take
@@ -250,9 +251,21 @@ class IFCA:
         return self._assign_ids(state.params, data, None, state.model_state)[1].min(axis=1).mean()
 
     def evaluate(self, state, data) -> dict:
-        """Assignments recomputed for every client with the final models on training data."""
-        assign = state.assign if self.cfg.assignment != "loss" else self._assign_ids(
-            state.params, data, None, state.model_state)[0]
+        """Assignments recomputed for every client with the final models on training data
+        (assignment="loss"), in the same pass over the clients as the test scores."""
+        if self.cfg.assignment == "loss":
+            return self.objective_and_evaluate(state, data)[1]
         return dict(evaluate_clusters(*running_view(self.model, state.params, state.model_state),
-                                      assign, data, chunk=self.cfg.chunk),
-                    assign=assign, cluster_params=state.params)
+                                      state.assign, data, chunk=self.cfg.chunk),
+                    assign=state.assign, cluster_params=state.params)
+
+    def objective_and_evaluate(self, state, data):
+        """(``objective``, ``evaluate``) from one pass over the clients that reads each
+        one's training and test data: the training-loss matrix [N, K] both re-assigns and
+        gives the objective, so it is computed once."""
+        model, params = running_view(self.model, state.params, state.model_state)
+        train, loss, acc = train_test_loss_matrices(model, params, data, chunk=self.cfg.chunk)
+        assign = (jnp.argmin(train, axis=1).astype(jnp.int32) if self.cfg.assignment == "loss"
+                  else state.assign)
+        return train.min(axis=1).mean(), dict(score_clusters(loss, acc, assign), assign=assign,
+                                              cluster_params=state.params)

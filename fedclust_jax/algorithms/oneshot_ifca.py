@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedclust_jax.algorithms.base import check_chunk, evaluate_clusters
+from fedclust_jax.algorithms.base import check_chunk, score_clusters
 from fedclust_jax.core.aggregate import cluster_mean, mean_from_sums
-from fedclust_jax.core.losses import loss_matrix_ids
+from fedclust_jax.core.losses import loss_matrix_ids, train_test_loss_matrices
 from fedclust_jax.core.oneshot import check_graph_options, one_shot, replace_steps
 from fedclust_jax.core.participation import num_participants, participants
 from fedclust_jax.core.train import LocalTraining, cluster_pass
@@ -118,12 +118,17 @@ class OneShotIFCA:
         return self.assign(state, data)[1].min(axis=1).mean()
 
     def evaluate(self, state, data) -> dict:
-        assign, _ = self.assign(state, data)
-        ev = evaluate_clusters(self.model, state.params, assign, data, chunk=self.cfg.chunk)
-        loss = jnp.where(state.active[None, :], ev["test_loss_matrix"], jnp.inf)
-        best = jnp.argmin(loss, axis=1)
-        rows = jnp.arange(loss.shape[0])
-        ev.update(test_loss=ev["test_loss_matrix"][rows, best],
-                  test_acc=ev["test_acc_matrix"][rows, best])
-        return dict(ev, assign=assign, cluster_params=state.params,
-                    num_clusters=jnp.sum(state.active))
+        """Every client re-assigned among the active clusters on its training data, in the
+        pass that scores the test data; "best" over the active clusters."""
+        return self.objective_and_evaluate(state, data)[1]
+
+    def objective_and_evaluate(self, state, data):
+        """(``objective``, ``evaluate``) from one pass over the clients (training and test
+        data): the training-loss matrix is computed once for both."""
+        train, loss, acc = train_test_loss_matrices(self.model, state.params, data,
+                                                    chunk=self.cfg.chunk)
+        train = jnp.where(state.active[None, :], train, jnp.inf)
+        assign = jnp.argmin(train, axis=1).astype(jnp.int32)
+        ev = score_clusters(loss, acc, assign, active=state.active)
+        return train.min(axis=1).mean(), dict(ev, assign=assign, cluster_params=state.params,
+                                              num_clusters=jnp.sum(state.active))

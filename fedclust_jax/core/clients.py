@@ -143,6 +143,21 @@ def map_client_data(f: Callable, data, ids, *args, chunk=None, test: bool = Fals
     return map_clients(lambda i, *a: f(i, *reader(i), *a), ids, *args, chunk=chunk)
 
 
+def map_client_train_test(f: Callable, data, *args, chunk=None):
+    """``f(i, x, y, count, x_test, y_test, count_test, *args_i)`` for every client i of
+    ``data``, stacked [N, ...]: one pass over the clients reading each one's training and
+    test data by id inside the chunk (``data.train_client``, ``data.test_client``), where
+    two ``map_client_data`` calls would walk the clients twice. Layout as ``map_clients``."""
+    n = data.num_clients
+    chunk = resolve_chunk(chunk, n)
+    ids = jnp.arange(n, dtype=jnp.int32)
+    if chunk is None:
+        return jax.vmap(f)(ids, data.x, data.y, data.count, data.x_test, data.y_test,
+                           data.count_test, *args)
+    return map_clients(lambda i, *a: f(i, *data.train_client(i), *data.test_client(i), *a),
+                       ids, *args, chunk=chunk)
+
+
 def chain_clients(f: Callable, start, group, *args, order_key=None):
     """Participants train one after another, each from its group's latest model.
 

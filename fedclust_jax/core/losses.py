@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax
 
-from fedclust_jax.core.clients import map_client_data, map_clients
+from fedclust_jax.core.clients import map_client_data, map_client_train_test, map_clients
 from fedclust_jax.data.federated import example_mask
 
 
@@ -39,6 +39,18 @@ def loss_matrix_ids(model, stacked_params, data, ids, *, chunk=None, test: bool 
     def per_client(i, xi, yi, ci):
         return jax.vmap(lambda p: client_loss_accuracy(model, p, xi, yi, ci))(stacked_params)
     return map_client_data(per_client, data, ids, chunk=chunk, test=test)
+
+
+def train_test_loss_matrices(model, stacked_params, data, *, chunk=None):
+    """(train loss [N, K], test loss [N, K], test accuracy [N, K]) of K models on every
+    client in ONE pass over the clients (``map_client_train_test``): the training-loss
+    matrix and the test matrices of ``loss_matrix_ids`` with and without ``test``,
+    without walking the clients twice."""
+    def per_client(i, x, y, c, xt, yt, ct):
+        on = lambda xi, yi, ci: jax.vmap(
+            lambda p: client_loss_accuracy(model, p, xi, yi, ci))(stacked_params)
+        return on(x, y, c)[0], *on(xt, yt, ct)
+    return map_client_train_test(per_client, data, chunk=chunk)
 
 
 def own_loss_ids(model, params, data, ids, *, chunk=None, test: bool = False):
