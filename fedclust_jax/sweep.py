@@ -254,8 +254,11 @@ def _program(alg, cfg, traced: tuple, spec, shared: bool, stats: dict):
         states = jax.vmap(a.init, in_axes=(0, None))(init_keys, data)
         states, hist = jax.vmap(lambda s, k: scan_rounds(
             a, s, k, data, jnp.arange(rounds), eval_every=every, spec=spec))(states, round_keys)
-        objective = jax.vmap(a.objective, in_axes=(0, None))(states, data)
-        evaluation = jax.vmap(a.evaluate, in_axes=(0, None))(states, data)
+        if hasattr(a, "objective_and_evaluate"):  # one pass over the clients for both
+            objective, evaluation = jax.vmap(a.objective_and_evaluate, in_axes=(0, None))(states, data)
+        else:
+            objective = jax.vmap(a.objective, in_axes=(0, None))(states, data)
+            evaluation = jax.vmap(a.evaluate, in_axes=(0, None))(states, data)
         return objective, evaluation, hist
 
     return jax.jit(jax.vmap(point, in_axes=(0, None if shared else 0, 0)))
