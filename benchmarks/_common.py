@@ -106,21 +106,37 @@ def write_markdown(path: str, script: str, argv, load_before: str, body: str) ->
 
 
 def chunked_rounds(step, states, rounds: int, deadline: float, per_chunk: int, *args,
-                   log: bool = True):
-    """Runs rounds 0..rounds-1 as ``states = step(states, ts, *args)`` (a compiled scan over
-    the round indices ts, int32[n]) in chunks of ``per_chunk`` rounds, until ``rounds`` are
-    done or the next chunk, timed like the last, would end after ``deadline``
-    (``time.monotonic()``; the first chunk always runs). Returns (states, rounds run)."""
+                   log: bool = True, fixed: bool = False, timing: dict | None = None):
+    """Runs rounds 0..rounds-1 in chunks of ``per_chunk`` rounds, until ``rounds`` are done
+    or the next chunk, timed like the last, would end after ``deadline``
+    (``time.monotonic()``; the first chunk always runs). A chunk is
+    ``states = step(states, ts, *args)`` (a compiled scan over the round indices ts,
+    int32[n]), or with ``fixed`` ``step(states, start, stop, *args)`` (int32 scalars: a scan
+    of ``per_chunk`` rounds from ``start`` that skips rounds >= ``stop``, so every chunk has
+    one shape and compiles once). ``timing`` (a dict) receives the first chunk's seconds
+    (compile included) and the mean seconds per round of the later chunks. Returns (states,
+    rounds run)."""
     import jax
     import jax.numpy as jnp
     done, last, per_chunk = 0, 0.0, max(1, min(per_chunk, rounds))
+    first, later = None, []
     while done < rounds:
         n = min(per_chunk, rounds - done)
         if done and time.monotonic() + last * n / per_chunk > deadline:
             break
         t0 = time.monotonic()
-        states = jax.block_until_ready(step(states, jnp.arange(done, done + n), *args))
+        chunk_args = ((jnp.int32(done), jnp.int32(rounds)) if fixed
+                      else (jnp.arange(done, done + n),))
+        states = jax.block_until_ready(step(states, *chunk_args, *args))
         last, done = time.monotonic() - t0, done + n
+        if first is None:
+            first = last
+        else:
+            later.append(last / n)
         if log:
-            print(f"    {done}/{rounds} rounds ({last:.1f} s for the last {n})", flush=True)
+            print(f"    {done}/{rounds} rounds ({last:.1f} s for the last {n}; load "
+                  f"{os.getloadavg()[0]:.2f})", flush=True)
+    if timing is not None:
+        timing.update(first_chunk_s=round(first or 0.0, 2),
+                      s_per_round=round(sum(later) / len(later), 2) if later else None)
     return states, done
