@@ -13,7 +13,7 @@ Batched initialisation: the orthogonal recurrent kernels are drawn by ``orthogon
 which computes one QR per model even under ``vmap`` (``jax.custom_batching.sequential_vmap``),
 so ``jit(vmap(init))`` over K keys gives exactly the K one-key inits. Flax's own orthogonal
 initializer batches the QR, and with jax/jaxlib 0.10.2 on CPU ``jit(vmap(init))`` of this
-model over 3 keys never returned on a 2-core machine: jaxlib's LAPACK kernel
+model over 3 keys stalled for good on a 2-core machine (2 of 2 tries): jaxlib's LAPACK kernel
 (``QrFactorization::Kernel``, ``lapack_sgeqrf_ffi``) splits a batch over XLA's intra-op
 thread pool and blocks (``ParallelBatchMap`` -> ``BlockingCounter::Wait``) until the parts
 finish; the two layers' QRs are independent, so XLA runs them at once, each holding one of
@@ -24,7 +24,8 @@ the stalled process show both pool threads in that wait). Smallest reproducer fo
     a = jax.random.normal(jax.random.key(1), (2, 3, 1024, 256))
     jax.block_until_ready(jax.jit(lambda a: (jnp.linalg.qr(a[0]), jnp.linalg.qr(a[1])))(a))
 
-never returns; one batched QR alone, or the same at (2, 512, 128), finishes.
+stalled in 3 of 4 tries (timing-dependent); one batched QR alone, and the pair with batches
+of 2 matrices of 512 x 128 or smaller (one try each), finished.
 
 The recurrence stays Flax's fused cell (one input and one recurrent matmul per step inside
 the time scan). Computing every step's input projection as one matmul before the time loop
