@@ -33,12 +33,6 @@ seed; this copy's writers are drawn from its 105, one draw per seed), Shakespear
 every seed). ``--max-samples`` cuts each Shakespeare speaker's training windows to the
 first ones (CPU budget; the speakers hold 823-13,790).
 
-Known hang (CPU, jax 0.10.2): ``jax.jit(jax.vmap(shakespeare_lstm().init))`` over more than
-one key never returns (every thread waits on a futex; one key, or ``lax.map`` alone, is
-fine). So on this CPU the Shakespeare rows that initialise several LSTMs in one vmap hang:
-SR-FCA with ``--protocol code`` (independent ONE_SHOT inits) and IFCA (K models). The CPU
-Shakespeare run therefore used ``--protocol paper`` and has no IFCA row.
-
 CPU budget: ``--rounds R`` runs R FEMNIST rounds (paper 200) and min(R, 6) Shakespeare
 rounds of ``--shakespeare-steps`` local steps (paper 400); ONE_SHOT runs rounds x local steps
 (the code's identity: 1000 = 200 x 5, 2400 = 6 x 400). ``--dry-run``: toy models (MLP
@@ -51,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -58,6 +53,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+# One OpenBLAS thread for the LAPACK calls of the LSTM's orthogonal init: on the loaded 2-core
+# CPU its thread pool's waiting made jit(vmap(init)) of three LSTMs run 10-38 s instead of 0.3 s
+# (load average near 12). Set before jax loads the library; an explicit setting is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

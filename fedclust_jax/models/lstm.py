@@ -7,8 +7,25 @@ kernels + 4 * (256 * 256 + 256) recurrent kernels with biases = 271,360; LSTM 2:
 output 20,560; total 817,872. (PyTorch's nn.LSTM keeps two bias vectors per gate, 2,048
 more in all; the function is the same.) Flax's cell: orthogonal recurrent kernels, LeCun
 normal input kernels, zero biases. On CPU, map clients with ``lax.map`` rather than vmap
-(DESIGN section 10); batched init of orthogonal kernels can stall XLA CPU, so initialise
-stacks with ``lax.map``.
+(DESIGN section 10).
+
+Batched initialisation: the orthogonal recurrent kernels are drawn by ``orthogonal_init``,
+which computes one QR per model even under ``vmap`` (``jax.custom_batching.sequential_vmap``),
+so ``jit(vmap(init))`` over K keys gives exactly the K one-key inits. Flax's own orthogonal
+initializer batches the QR, and with jax/jaxlib 0.10.2 on CPU ``jit(vmap(init))`` of this
+model over 3 keys stalled for good on a 2-core machine (2 of 2 tries): jaxlib's LAPACK kernel
+(``QrFactorization::Kernel``, ``lapack_sgeqrf_ffi``) splits a batch over XLA's intra-op
+thread pool and blocks (``ParallelBatchMap`` -> ``BlockingCounter::Wait``) until the parts
+finish; the two layers' QRs are independent, so XLA runs them at once, each holding one of
+the pool's 2 threads while it waits for parts that no free thread can run (native stacks of
+the stalled process show both pool threads in that wait). Smallest reproducer found
+(2 CPU cores, jax 0.10.2)::
+
+    a = jax.random.normal(jax.random.key(1), (2, 3, 1024, 256))
+    jax.block_until_ready(jax.jit(lambda a: (jnp.linalg.qr(a[0]), jnp.linalg.qr(a[1])))(a))
+
+stalled in 3 of 4 tries (timing-dependent); one batched QR alone, and the pair with batches
+of 2 matrices of 512 x 128 or smaller (one try each), finished.
 
 The recurrence stays Flax's fused cell (one input and one recurrent matmul per step inside
 the time scan). Computing every step's input projection as one matmul before the time loop
@@ -20,10 +37,23 @@ local steps in the scan were as fast as a host loop of jitted steps within that 
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from fedclust_jax.models.base import Model, from_nnx
+
+
+def orthogonal_init(scale: float = 1.0):
+    """Flax's orthogonal initializer ``(key, shape, dtype) -> array`` computing one QR per key
+    under ``vmap`` (a loop over the batch), never one batched QR; same values as unbatched.
+    See the module docstring for the batched QR that stalls XLA CPU."""
+    base = nnx.initializers.orthogonal(scale)
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.custom_batching.sequential_vmap(lambda k: base(k, shape, dtype))(key)
+
+    return init
 
 
 class ShakespeareLSTM(nnx.Module):
@@ -33,7 +63,9 @@ class ShakespeareLSTM(nnx.Module):
                  layers: int = 2):
         self.embed = nnx.Embed(vocab, embed, rngs=rngs)
         sizes = [embed] + [hidden] * layers
-        self.rnns = nnx.List([nnx.RNN(nnx.OptimizedLSTMCell(a, b, rngs=rngs), rngs=False)
+        self.rnns = nnx.List([nnx.RNN(nnx.OptimizedLSTMCell(
+                                   a, b, recurrent_kernel_init=orthogonal_init(), rngs=rngs),
+                                   rngs=False)
                               for a, b in zip(sizes[:-1], sizes[1:])])
         self.out = nnx.Linear(hidden, vocab, rngs=rngs)
 
