@@ -62,7 +62,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ifca_table2 import (block, fmt, leaf_data, ordering_lines, run_rounds,  # noqa: E402
+from ifca_table2 import (block, fmt, leaf_data, ordering_lines,  # noqa: E402
                          uptime, write_outputs)
 from _common import chunked_rounds  # noqa: E402
 from provenance import generated_by  # noqa: E402
