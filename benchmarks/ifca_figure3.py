@@ -12,7 +12,9 @@ The success probability of a point is the fraction of successful trials.
 
 Everything in a point is vectorised: trials (a chunk of ``--trial-batch`` at a time) and
 initialisations are vmap axes around ``IFCA.init`` / ``IFCA.round`` (rounds in one
-``lax.scan``); the step sizes are a Python loop of three compiled programs. Each point is
+``lax.scan``); the initialisations share their trial's data, so each client's losses under
+all of them are one product [n, d] x [d, inits*k]. The step sizes are a Python loop over
+one compiled program (gamma traced). Each point is
 appended to a JSONL file as soon as it finishes (per-trial minima kept, so the threshold can
 be changed afterwards), and ``--combine`` writes the table and the figure from JSONL files.
 
@@ -175,17 +177,19 @@ def run(args):
         raise ValueError(f"--rounds ({args.rounds}) must be a multiple of --record ({args.record})")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     for point in points:
-        t0, load = time.time(), uptime()
+        t0, cpu0, load = time.time(), time.process_time(), uptime()
         res = run_point(point, k=panel["k"], d=panel["d"], trials=args.trials, inits=args.inits,
                         rounds=args.rounds, record=args.record, trial_batch=args.trial_batch,
                         seed=args.seed, scaling=args.scaling, gammas=args.gammas,
                         chunk=args.chunk)
-        res.update(panel=args.panel, seconds=round(time.time() - t0, 1), uptime_before=load,
+        res.update(panel=args.panel, seconds=round(time.time() - t0, 1),
+                   cpu_seconds=round(time.process_time() - cpu0, 1), uptime_before=load,
                    command="python benchmarks/ifca_figure3.py " + " ".join(map(shlex.quote, sys.argv[1:])))
         with open(args.out, "a") as f:
             f.write(json.dumps(res) + "\n")
         print(f"panel {args.panel} {point}: success {res['success']:.2f} "
-              f"({res['trials']} trials, {res['rounds']} rounds) in {res['seconds']} s; {load}",
+              f"({res['trials']} trials, {res['rounds']} rounds) in {res['seconds']} s "
+              f"({res['cpu_seconds']} s CPU); {load}",
               flush=True)
 
 
@@ -210,8 +214,8 @@ def combine(args):
         with open(args.notes_file) as f:
             lines += [f.read().strip(), ""]
     lines += ["| panel | k | m | n | R | sigma | trials | inits | gammas | rounds | success | "
-              "median min dist | median round of first success | s | uptime before |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "median min dist | median round of first success | s | CPU s | uptime before |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         firsts = [f for f in r["first_success_round"] if f is not None]
         med_first = f"{int(np.median(firsts))}" if firsts else "-"
@@ -219,7 +223,7 @@ def combine(args):
         lines.append(f"| {r['panel']} | {r['k']} | {r['m']} | {r['n']} | {r['R']} | {r['sigma']} | "
                      f"{r['trials']} | {r['inits']} | {'/'.join(map(str, r['gammas']))} | "
                      f"{r['rounds']} | {r['success']:.2f} | {np.median(r['best_dist']):.4g} | "
-                     f"{med_first} | {r['seconds']} | {load} |")
+                     f"{med_first} | {r['seconds']} | {r.get('cpu_seconds', '-')} | {load} |")
     lines += ["", "Commands that produced the points:", ""]
     for c in sorted({r["command"] for r in rows}):
         lines.append(f"    {c}")
