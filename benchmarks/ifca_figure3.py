@@ -12,7 +12,9 @@ The success probability of a point is the fraction of successful trials.
 
 Everything in a point is vectorised: trials (a chunk of ``--trial-batch`` at a time) and
 initialisations are vmap axes around ``IFCA.init`` / ``IFCA.round`` (rounds in one
-``lax.scan``); the step sizes are a Python loop of three compiled programs. Each point is
+``lax.scan``); the initialisations share their trial's data, so each client's losses under
+all of them are one product [n, d] x [d, inits*k]. The step sizes are a Python loop over
+one compiled program (gamma traced). Each point is
 appended to a JSONL file as soon as it finishes (per-trial minima kept, so the threshold can
 be changed afterwards), and ``--combine`` writes the table and the figure from JSONL files.
 
@@ -28,6 +30,7 @@ Panels (grids from the authors' code): (a) k = 2, (m, n, d) = (100, 100, 1000), 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import os
@@ -69,15 +72,28 @@ def hungarian_dist(estimates, truth):
     return d[perms, jnp.arange(k)].mean(axis=1).min()
 
 
-def trial_dists(data_keys, init_keys, *, k, m, n, d, R, sigma, gamma, rounds, record,
-                scaling="norm"):
-    """dist [T, inits, rounds // record] every ``record`` rounds for T trials at once:
-    data_keys [T] (theta* and data), init_keys [T, inits]."""
-    model = linear_regression(d)
-    alg = IFCA(model, IFCAConfig(num_clusters=k, option="gradient",
-                                 local=LocalTraining(steps=1, lr=gamma)))
+def parse_chunk(text: str):
+    """``--chunk`` value: "none" (one vmap over all clients), "auto" or an int."""
+    if text == "none":
+        return None
+    if text == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--chunk must be none, auto or an integer, got {text!r}")
 
-    def one_trial(dkey, ikeys):
+
+@functools.lru_cache(maxsize=None)
+def trial_program(*, k, m, n, d, R, sigma, rounds, record, scaling, chunk):
+    """The jitted ``(data_keys [T], init_keys [T, inits], gamma) -> dist [T, inits, B]`` of
+    one point; gamma is traced, so a point's step sizes and trial batches share one compile
+    per batch shape."""
+    model = linear_regression(d)
+
+    def one_trial(dkey, ikeys, gamma):
+        alg = IFCA(model, IFCAConfig(num_clusters=k, option="gradient", chunk=chunk,
+                                     local=LocalTraining(steps=1, lr=gamma)))
         data = mixed_linear_regression(dkey, num_clients=m, num_clusters=k, samples_per_client=n,
                                        test_samples_per_client=1, dim=d, noise_std=sigma,
                                        separation=R, scaling=scaling)
@@ -96,11 +112,23 @@ def trial_dists(data_keys, init_keys, *, k, m, n, d, R, sigma, gamma, rounds, re
         _, dists = jax.lax.scan(block, states, jnp.arange(0, rounds, record))
         return dists.T                                                         # [inits, blocks]
 
-    return jax.jit(jax.vmap(one_trial))(data_keys, init_keys)
+    return jax.jit(jax.vmap(one_trial, in_axes=(0, 0, None)))
+
+
+def trial_dists(data_keys, init_keys, *, k, m, n, d, R, sigma, gamma, rounds, record,
+                scaling="norm", chunk="auto"):
+    """dist [T, inits, rounds // record] every ``record`` rounds for T trials at once:
+    data_keys [T] (theta* and data), init_keys [T, inits]. Trials and initialisations are
+    vmap axes; the initialisations share their trial's one copy of the data, so a client's
+    losses for all of them are one [n, d] x [d, inits*k] product. ``chunk``: IFCA's client
+    layout (``core.clients``; "auto" is one client at a time on a CPU)."""
+    program = trial_program(k=k, m=m, n=n, d=d, R=float(R), sigma=float(sigma), rounds=rounds,
+                            record=record, scaling=scaling, chunk=chunk)
+    return program(data_keys, init_keys, jnp.float32(gamma))
 
 
 def run_point(point, *, k, d, trials, inits, rounds, record, trial_batch, seed, scaling,
-              gammas=None):
+              gammas=None, chunk="auto"):
     m, n, R, sigma = point["m"], point["n"], point["R"], point["sigma"]
     root = jax.random.PRNGKey(seed)
     data_keys = jax.random.split(jax.random.fold_in(root, 0), trials)
@@ -113,7 +141,7 @@ def run_point(point, *, k, d, trials, inits, rounds, record, trial_batch, seed, 
             hi = min(trials, lo + trial_batch)
             parts.append(np.asarray(trial_dists(
                 data_keys[lo:hi], init_keys[lo:hi], k=k, m=m, n=n, d=d, R=R, sigma=sigma,
-                gamma=gamma, rounds=rounds, record=record, scaling=scaling)))
+                gamma=gamma, rounds=rounds, record=record, scaling=scaling, chunk=chunk)))
         per_gamma.append(np.concatenate(parts))                                # [T, inits, B]
     curves = np.stack(per_gamma, axis=1)                                       # [T, G, inits, B]
     curves = np.where(np.isfinite(curves), curves, np.inf)
@@ -125,7 +153,7 @@ def run_point(point, *, k, d, trials, inits, rounds, record, trial_batch, seed, 
     first = [(int(np.argmax(c <= threshold)) + 1) * record if (c <= threshold).any() else None
              for c in best_curve]
     return dict(point, k=k, d=d, trials=trials, inits=inits, rounds=rounds, scaling=scaling,
-                seed=seed, gammas=list(gammas), threshold=threshold,
+                seed=seed, chunk=chunk, trial_batch=trial_batch, gammas=list(gammas), threshold=threshold,
                 success=float((best <= threshold).mean()),
                 best_dist=[float(v) for v in best],
                 best_dist_per_gamma=[[float(v) for v in final[t].min(axis=1)] for t in range(trials)],
@@ -149,16 +177,19 @@ def run(args):
         raise ValueError(f"--rounds ({args.rounds}) must be a multiple of --record ({args.record})")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     for point in points:
-        t0, load = time.time(), uptime()
+        t0, cpu0, load = time.time(), time.process_time(), uptime()
         res = run_point(point, k=panel["k"], d=panel["d"], trials=args.trials, inits=args.inits,
                         rounds=args.rounds, record=args.record, trial_batch=args.trial_batch,
-                        seed=args.seed, scaling=args.scaling, gammas=args.gammas)
-        res.update(panel=args.panel, seconds=round(time.time() - t0, 1), uptime_before=load,
+                        seed=args.seed, scaling=args.scaling, gammas=args.gammas,
+                        chunk=args.chunk)
+        res.update(panel=args.panel, seconds=round(time.time() - t0, 1),
+                   cpu_seconds=round(time.process_time() - cpu0, 1), uptime_before=load,
                    command="python benchmarks/ifca_figure3.py " + " ".join(map(shlex.quote, sys.argv[1:])))
         with open(args.out, "a") as f:
             f.write(json.dumps(res) + "\n")
         print(f"panel {args.panel} {point}: success {res['success']:.2f} "
-              f"({res['trials']} trials, {res['rounds']} rounds) in {res['seconds']} s; {load}",
+              f"({res['trials']} trials, {res['rounds']} rounds) in {res['seconds']} s "
+              f"({res['cpu_seconds']} s CPU); {load}",
               flush=True)
 
 
@@ -183,8 +214,8 @@ def combine(args):
         with open(args.notes_file) as f:
             lines += [f.read().strip(), ""]
     lines += ["| panel | k | m | n | R | sigma | trials | inits | gammas | rounds | success | "
-              "median min dist | median round of first success | s | uptime before |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "median min dist | median round of first success | s | CPU s | uptime before |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         firsts = [f for f in r["first_success_round"] if f is not None]
         med_first = f"{int(np.median(firsts))}" if firsts else "-"
@@ -192,7 +223,7 @@ def combine(args):
         lines.append(f"| {r['panel']} | {r['k']} | {r['m']} | {r['n']} | {r['R']} | {r['sigma']} | "
                      f"{r['trials']} | {r['inits']} | {'/'.join(map(str, r['gammas']))} | "
                      f"{r['rounds']} | {r['success']:.2f} | {np.median(r['best_dist']):.4g} | "
-                     f"{med_first} | {r['seconds']} | {load} |")
+                     f"{med_first} | {r['seconds']} | {r.get('cpu_seconds', '-')} | {load} |")
     lines += ["", "Commands that produced the points:", ""]
     for c in sorted({r["command"] for r in rows}):
         lines.append(f"    {c}")
@@ -242,6 +273,9 @@ def main(argv=None):
     ap.add_argument("--gammas", type=float, nargs="+",
                     help="step sizes swept (default: the paper's sweep for the panel's k)")
     ap.add_argument("--scaling", choices=("norm", "multiply"), default="norm")
+    ap.add_argument("--chunk", type=parse_chunk, default="auto",
+                    help="IFCA's client layout: auto (default; one client at a time on a CPU, "
+                         "the fastest measured), none (one vmap over all clients) or an integer")
     ap.add_argument("--out", required=True)
     ap.add_argument("--combine", nargs="+", help="JSONL files to turn into the table and figure")
     ap.add_argument("--notes-file")

@@ -28,12 +28,15 @@ def test_hungarian_dist_matches_metrics(k):
         metrics.parameter_error(est, truth, "hungarian"), rel=1e-5)
 
 
-def test_trials_equal_run_rounds():
+@pytest.mark.parametrize("chunk", ["auto", None])
+def test_trials_equal_run_rounds(chunk):
     dkey, ikey = jax.random.PRNGKey(3), jax.random.PRNGKey(4)
-    # trial 0 of a vmapped batch of two trials (the second a different data key)
+    # trial 0 of a vmapped batch of two trials (the second a different data key); the
+    # library's run loop uses the default layout, so chunk=None also checks the layout
     dkeys = np.stack([dkey, jax.random.PRNGKey(5)])
     ikeys = np.stack([jax.random.split(ikey, 3), jax.random.split(jax.random.PRNGKey(6), 3)])
-    got = np.asarray(fig3.trial_dists(dkeys, ikeys, gamma=0.1, rounds=20, record=10, **TOY))
+    got = np.asarray(fig3.trial_dists(dkeys, ikeys, gamma=0.1, rounds=20, record=10,
+                                      chunk=chunk, **TOY))
     assert got.shape == (2, 3, 2)                                              # [T, inits, records]
     data = mixed_linear_regression(dkey, num_clients=8, num_clusters=2, samples_per_client=40,
                                    test_samples_per_client=1, dim=6, noise_std=0.1, separation=3.0)
@@ -46,13 +49,17 @@ def test_trials_equal_run_rounds():
 
 def test_success_rule_on_toy_point():
     point = {key: TOY[key] for key in ("m", "n", "R", "sigma")}
+    fig3.trial_program.cache_clear()
     res = fig3.run_point(point, k=2, d=6, trials=3, inits=2, rounds=40, record=20,
                          trial_batch=3, seed=0, scaling="norm")
     best = np.array(res["best_dist"])
     per_gamma = np.array(res["best_dist_per_gamma"])                           # [T, 3]
     np.testing.assert_allclose(best, per_gamma.min(axis=1))
     assert res["threshold"] == pytest.approx(0.6 * 0.1 + fig3.TOL)
+    assert res["chunk"] == "auto" and res["trial_batch"] == 3
     assert res["success"] == pytest.approx(np.mean(best <= res["threshold"]))
+    # the step sizes are traced: one compiled program serves the point's whole sweep
+    assert fig3.trial_program.cache_info().misses == 1
     # 160 points per cluster in d = 6, separation 3 >> sigma: gamma = 1 (one-step, the
     # population map is theta - gamma * H (theta - theta*)) finds both models in every trial
     assert res["success"] == 1.0
