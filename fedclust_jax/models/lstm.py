@@ -13,7 +13,8 @@ Batched initialisation: the orthogonal recurrent kernels are drawn by ``orthogon
 which computes one QR per model even under ``vmap`` (``jax.custom_batching.sequential_vmap``),
 so ``jit(vmap(init))`` over K keys gives exactly the K one-key inits. Flax's own orthogonal
 initializer batches the QR, and with jax/jaxlib 0.10.2 on CPU ``jit(vmap(init))`` of this
-model over 3 keys stalled for good on a 2-core machine (2 of 2 tries): jaxlib's LAPACK kernel
+model over 3 keys did not finish on a 2-core machine (2 of 2 tries, stopped after 60 s and
+45 s; one key took 7.9 s): jaxlib's LAPACK kernel
 (``QrFactorization::Kernel``, ``lapack_sgeqrf_ffi``) splits a batch over XLA's intra-op
 thread pool and blocks (``ParallelBatchMap`` -> ``BlockingCounter::Wait``) until the parts
 finish; the two layers' QRs are independent, so XLA runs them at once, each holding one of
