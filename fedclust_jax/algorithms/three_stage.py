@@ -15,6 +15,10 @@ Stage 2 (in ``init``): trimmed k-means on the flattened ERMs: k-means++ seeding,
 Stage 3 (``round``, paper: 300 rounds): trimmed-mean GD within the fixed clusters,
   theta_j <- theta_j - gamma trmean_beta({g_i : i in cluster j}), g_i at theta_{c_i}.
 Byzantine machines are the last round(byz_frac m); they keep their stage-2 cluster.
+
+Every stage reads a client's data by id inside the chunk (``core.clients.map_client_data``),
+so on ``FederatedViews`` no array of every client's examples is built. Memory: the N
+stage-1 ERMs [N, P] (stage 2 clusters them) and the N stage-3 uploads [N, P] (trimmed mean).
 """
 
 from __future__ import annotations
@@ -30,11 +34,11 @@ from jax import lax
 from fedclust_jax.algorithms.base import ClusterState, check_chunk, check_clusters, evaluate_clusters
 from fedclust_jax.attacks import ByzantineSetting, attack_from_config
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
-from fedclust_jax.attacks.rounds import byzantine_gradients
-from fedclust_jax.core.clients import map_clients
+from fedclust_jax.attacks.rounds import byzantine_gradients, client_labels
+from fedclust_jax.core.clients import map_client_data
 from fedclust_jax.core.kmeans import kmeans_plus_plus
 from fedclust_jax.core.pairwise import sq_distances
-from fedclust_jax.core.losses import loss_matrix
+from fedclust_jax.core.losses import loss_matrix_ids
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked, unflatten_stacked
 from fedclust_jax.core.robust import cluster_trimmed_mean
@@ -148,11 +152,13 @@ class ThreeStage:
         byz = byzantine_mask(n, cfg.byz_frac)
         start = self.model.init(key) if params is None else params
         keys = client_keys(jax.random.fold_in(key, 1), jnp.arange(n, dtype=jnp.int32))
-        y = self.attack.flip_labels(data.y, byz, data.num_classes)
         erm_cfg = LocalTraining(steps=cfg.erm_steps, lr=cfg.erm_lr)
-        erm = map_clients(lambda x, yy, c, kk: local_train(self.model, erm_cfg, start, x, yy, c, kk,
-                                                            cfg.erm_lr),
-                          data.x, y, data.count, keys, chunk=cfg.chunk)
+
+        def client_erm(i, x, y, count, ki):
+            y = client_labels(self.attack, y, byz[i], data.num_classes)
+            return local_train(self.model, erm_cfg, start, x, y, count, ki, cfg.erm_lr)
+
+        erm = map_client_data(client_erm, data, None, keys, chunk=cfg.chunk)
         erm = self.attack.corrupt(jax.random.fold_in(key, 2), erm, jnp.zeros((n,), jnp.int32),
                                   byz, 1, num_byzantine(n, cfg.byz_frac))
         centers, labels = best_trimmed_kmeans(jax.random.fold_in(key, 3), flatten_stacked(erm), k,
@@ -175,7 +181,7 @@ class ThreeStage:
         return state.replace(params=params, round=state.round + 1), {}
 
     def objective(self, state, data):
-        loss, _ = loss_matrix(self.model, state.params, data.x, data.y, data.count, chunk=self.cfg.chunk)
+        loss, _ = loss_matrix_ids(self.model, state.params, data, None, chunk=self.cfg.chunk)
         return loss.min(axis=1).mean()
 
     def evaluate(self, state, data) -> dict:

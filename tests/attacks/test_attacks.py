@@ -143,3 +143,32 @@ def test_attack_round_reads_views_by_client(digit_views, name, monkeypatch):
     for a, b, r in zip(jax.tree.leaves(got), jax.tree.leaves(want), jax.tree.leaves(ref)):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_allclose(b, r, rtol=1e-5, atol=1e-6)
+
+
+def test_three_stage_reads_views_by_client(digit_views, monkeypatch):
+    """Three-Stage's stage 1 (ERMs on flipped labels), stage 3 rounds and objective give
+    the same result on views as on the materialised arrays, and never build every
+    client's data on views (``x`` / ``y`` refuse)."""
+    from fedclust_jax.algorithms.three_stage import ThreeStage, ThreeStageConfig
+    from fedclust_jax.core.train import LocalTraining
+    from fedclust_jax.data.views import FederatedViews
+    from fedclust_jax.models import mlp
+
+    views, data = digit_views
+    alg = ThreeStage(mlp((64, 10)), ThreeStageConfig(
+        num_clusters=2, erm_steps=2, kmeans_iters=3, byz_frac=0.25, attack="label_flip",
+        local=LocalTraining(steps=1, lr=0.1), chunk=3))
+
+    def run(d):
+        s = alg.init(jax.random.key(0), d)
+        s = alg.round(s, jax.random.key(1), d)[0]
+        return s.params, s.assign, alg.objective(s, d)
+
+    want = jax.jit(run)(data)
+
+    def refuse(self):
+        raise AssertionError("Three-Stage read every client's data")
+    monkeypatch.setattr(FederatedViews, "x", property(refuse))
+    monkeypatch.setattr(FederatedViews, "y", property(refuse))
+    for a, b in zip(jax.tree.leaves(jax.jit(run)(views)), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(a, b)
