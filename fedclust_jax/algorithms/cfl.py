@@ -26,8 +26,8 @@ from jax import lax
 
 from fedclust_jax.algorithms.base import check_chunk, evaluate_clusters
 from fedclust_jax.core.aggregate import cluster_mean, membership
-from fedclust_jax.core.clients import map_clients
-from fedclust_jax.core.losses import loss_matrix
+from fedclust_jax.core.clients import map_client_data
+from fedclust_jax.core.losses import loss_matrix_ids
 from fedclust_jax.core.pairwise import cosine_similarity
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked, take
@@ -127,9 +127,9 @@ class CFL:
         ids = jnp.arange(n)
         start = take(state.params, state.assign)
         lr = cfg.local.lr_at(state.round)
-        trained = map_clients(
-            lambda p, x, y, c, kk: local_train(self.model, cfg.local, p, x, y, c, kk, lr),
-            start, data.x, data.y, data.count, client_keys(key, ids), chunk=cfg.chunk)
+        trained = map_client_data(
+            lambda i, x, y, c, p, kk: local_train(self.model, cfg.local, p, x, y, c, kk, lr),
+            data, None, start, client_keys(key, ids), chunk=cfg.chunk)
         params = cluster_mean(trained, state.assign, state.params)
         delta = flatten_stacked(trained) - flatten_stacked(start)                 # [N, P]
 
@@ -168,8 +168,7 @@ class CFL:
                          max_norm=jnp.max(max_norm))
 
     def objective(self, state, data):
-        loss, _ = loss_matrix(self.model, state.params, data.x, data.y, data.count,
-                              chunk=self.cfg.chunk)
+        loss, _ = loss_matrix_ids(self.model, state.params, data, None, chunk=self.cfg.chunk)
         return loss[jnp.arange(loss.shape[0]), state.assign].mean()
 
     def evaluate(self, state, data) -> dict:

@@ -27,6 +27,7 @@ from fedclust_jax.algorithms.personal import (PersonalModels, PersonalState, che
                                               init_personal, personal_state, step_params)
 from fedclust_jax.attacks import ByzantineSetting
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
+from fedclust_jax.attacks.rounds import client_labels
 from fedclust_jax.core.clients import map_clients
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked
@@ -109,7 +110,6 @@ class FederatedClustering(PersonalModels):
         ids = jnp.arange(n, dtype=jnp.int32)
         keys = client_keys(key, ids)
         noise = jax.random.fold_in(key, 7)
-        y_all = attack.flip_labels(data.y, byz, data.num_classes)
         lr = cfg.local.lr_at(state.round)
 
         def per_client(p, i, mem, msk):
@@ -118,8 +118,9 @@ class FederatedClustering(PersonalModels):
             def grad_j(j):
                 kj = jax.random.fold_in(keys[j], i)
                 start = jax.tree.map(lambda b, g: jnp.where(byz[j], b, g), bad_p, p)
-                return client_gradient(model, cfg.local, start, data.x[j], y_all[j],
-                                       data.count[j], kj)
+                x, y, c = data.train_client(j)
+                y = client_labels(attack, y, byz[j], data.num_classes)
+                return client_gradient(model, cfg.local, start, x, y, c, kj)
 
             g = jax.vmap(grad_j)(mem)                                   # [S, ...]
             g = attack.corrupt(jax.random.fold_in(noise, i), g, jnp.zeros_like(mem),

@@ -19,8 +19,8 @@ from flax import struct
 
 from fedclust_jax.algorithms.base import check_chunk, check_clusters, evaluate_clusters
 from fedclust_jax.core.aggregate import cluster_mean
-from fedclust_jax.core.clients import map_clients
-from fedclust_jax.core.losses import loss_matrix
+from fedclust_jax.core.clients import map_client_data, map_clients
+from fedclust_jax.core.losses import loss_matrix_ids
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import take
 from fedclust_jax.core.train import LocalTraining, local_train
@@ -88,10 +88,10 @@ class FedSoft:
                             round=jnp.zeros((), jnp.int32))
 
     def importance(self, params, data):
-        def per_client(x, y, c):
+        def per_client(i, x, y, c):
             return jax.vmap(lambda p: self.model.example_losses(p, x, y))(params)   # [K, n]
-        losses = map_clients(per_client, data.x, data.y, data.count, chunk=self.cfg.chunk)
-        return importance_weights(losses, example_mask(data.count, data.x.shape[1]), self.cfg.sigma)
+        losses = map_client_data(per_client, data, None, chunk=self.cfg.chunk)
+        return importance_weights(losses, example_mask(data.count, data.n_max), self.cfg.sigma)
 
     def round(self, state, key, data):
         cfg, n, k = self.cfg, data.num_clients, self.cfg.num_clusters
@@ -106,16 +106,14 @@ class FedSoft:
         keys = jax.vmap(lambda c, i: jax.random.fold_in(c, i))(
             client_keys(key, flat), owner)
         trained = map_clients(
-            lambda i, p, kk: local_train(self.model, cfg.local, p, data.x[i], data.y[i],
-                                         data.count[i], kk, lr),
+            lambda i, p, kk: local_train(self.model, cfg.local, p, *data.train_client(i), kk, lr),
             flat, take(state.params, owner), keys, chunk=cfg.chunk)
         params = cluster_mean(trained, owner, state.params)
         return FedSoftState(params=params, importance=u, round=state.round + 1), dict(
             importance_max=u.max(1).mean())
 
     def objective(self, state, data):
-        loss, _ = loss_matrix(self.model, state.params, data.x, data.y, data.count,
-                              chunk=self.cfg.chunk)
+        loss, _ = loss_matrix_ids(self.model, state.params, data, None, chunk=self.cfg.chunk)
         return loss.min(1).mean()
 
     def evaluate(self, state, data) -> dict:

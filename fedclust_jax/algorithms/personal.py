@@ -11,8 +11,9 @@ from flax import struct
 from fedclust_jax.algorithms.base import check_chunk
 from fedclust_jax.attacks import attack_from_config
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
-from fedclust_jax.core.clients import map_clients
-from fedclust_jax.core.losses import own_loss
+from fedclust_jax.attacks.rounds import client_labels
+from fedclust_jax.core.clients import map_client_data
+from fedclust_jax.core.losses import own_loss_ids
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked, unflatten_stacked
 from fedclust_jax.core.threshold_clustering import TC_METHODS, check_radius
@@ -71,11 +72,14 @@ def own_gradients(model, local, attack, params, data, key, byz_frac, chunk):
     n = data.num_clients
     byz = byzantine_mask(n, byz_frac)
     keys = client_keys(key, jnp.arange(n, dtype=jnp.int32))
-    y = attack.flip_labels(data.y, byz, data.num_classes)
     start = jax.tree.map(lambda b, g: jnp.where(byz.reshape((-1,) + (1,) * (g.ndim - 1)), b, g),
                          attack.eval_params(params), params)
-    g = map_clients(lambda p, x, yy, c, kk: client_gradient(model, local, p, x, yy, c, kk),
-                    start, data.x, y, data.count, keys, chunk=chunk)
+
+    def per_client(i, x, y, c, p, kk):
+        y = client_labels(attack, y, byz[i], data.num_classes)
+        return client_gradient(model, local, p, x, y, c, kk)
+
+    g = map_client_data(per_client, data, None, start, keys, chunk=chunk)
     return flatten_stacked(attack.corrupt(jax.random.fold_in(key, 7), g,
                                           jnp.zeros_like(byz, jnp.int32), byz, 1,
                                           num_byzantine(n, byz_frac)))
@@ -103,14 +107,13 @@ class PersonalModels:
 
     def objective(self, state, data):
         """Mean training loss of the honest clients' own models."""
-        loss, _ = own_loss(self.model, state.params, data.x, data.y, data.count,
-                           chunk=self.cfg.chunk)
+        loss, _ = own_loss_ids(self.model, state.params, data, None, chunk=self.cfg.chunk)
         byz = byzantine_mask(data.num_clients, self.cfg.byz_frac)
         return jnp.sum(jnp.where(byz, 0.0, loss)) / jnp.maximum(jnp.sum(~byz), 1)
 
     def evaluate(self, state, data) -> dict:
         """Client i's own model on its own test data (both protocols coincide)."""
-        loss, acc = own_loss(self.model, state.params, data.x_test, data.y_test,
-                             data.count_test, chunk=self.cfg.chunk)
+        loss, acc = own_loss_ids(self.model, state.params, data, None, chunk=self.cfg.chunk,
+                                 test=True)
         return dict(test_loss=loss, test_acc=acc, assigned_test_loss=loss,
                     assigned_test_acc=acc, assign=state.assign, client_params=state.params)

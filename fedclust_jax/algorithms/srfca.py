@@ -59,7 +59,7 @@ from fedclust_jax.algorithms.base import check_chunk, evaluate_clusters
 from fedclust_jax.core.aggregate import combine
 from fedclust_jax.core.clients import chain_clients, map_clients
 from fedclust_jax.core.graph import connected_components
-from fedclust_jax.core.losses import loss_matrix, own_loss
+from fedclust_jax.core.losses import loss_matrix_ids, own_loss_ids
 from fedclust_jax.core.oneshot import ONE_SHOT_INITS, check_graph_options, one_shot, replace_steps
 from fedclust_jax.core.pairwise import (client_cluster_cross_loss, cluster_cross_loss,
                                         l2_distances)
@@ -214,7 +214,7 @@ class SRFCA:
         assign = jnp.where((assign >= 0) & active[jnp.clip(assign, 0, k - 1)], assign, -1)
 
         def train(p, i, kk):
-            return local_train(self.model, cfg.local, p, data.x[i], data.y[i], data.count[i], kk, lr)
+            return local_train(self.model, cfg.local, p, *data.train_client(i), kk, lr)
 
         def run(ids, group):
             """[M, ...] models of clients ``ids`` trained from cluster ``group`` (-1: none)."""
@@ -281,8 +281,7 @@ class SRFCA:
         # RECLUSTER (all clients) with the clusters C_{r-1} that trained the models
         cluster_loss = jnp.zeros((n, k), jnp.float32)
         if cfg.metric == "cross_loss":
-            cluster_loss, _ = loss_matrix(self.model, params, data.x, data.y, data.count,
-                                          chunk=cfg.chunk)
+            cluster_loss, _ = loss_matrix_ids(self.model, params, data, None, chunk=cfg.chunk)
         old_member = state.assign[None, :] == jnp.arange(k)[:, None]
         d = self._client_cluster_dist(state, cluster_loss, params, old_member)
         d = jnp.where(state.active[None, :], d, jnp.inf)
@@ -309,7 +308,7 @@ class SRFCA:
 
     # ------------------------------------------------------------------ evaluation
     def objective(self, state, data):
-        loss, _ = loss_matrix(self.model, state.params, data.x, data.y, data.count, chunk=self.cfg.chunk)
+        loss, _ = loss_matrix_ids(self.model, state.params, data, None, chunk=self.cfg.chunk)
         loss = jnp.where(state.active[None, :], loss, jnp.inf)
         safe = jnp.clip(state.assign, 0, loss.shape[1] - 1)
         own = jnp.where(state.assign >= 0, loss[jnp.arange(loss.shape[0]), safe], loss.min(1))
@@ -326,6 +325,6 @@ class SRFCA:
     def evaluate_local(self, state, data) -> dict:
         """Test loss / accuracy [N] of each client's ONE_SHOT model (Table 5, "After
         ONE_SHOT", which equals the Local baseline)."""
-        loss, acc = own_loss(self.model, state.local, data.x_test, data.y_test, data.count_test,
-                             chunk=self.cfg.chunk)
+        loss, acc = own_loss_ids(self.model, state.local, data, None, chunk=self.cfg.chunk,
+                                 test=True)
         return dict(test_loss=loss, test_acc=acc, assign=state.one_shot_assign)

@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.clients import map_client_data
 from fedclust_jax.core.graph import connected_components, pivot_clustering, relabel_by_size
-from fedclust_jax.core.losses import loss_matrix
+from fedclust_jax.core.losses import loss_matrix_ids
 from fedclust_jax.core.pairwise import client_cross_loss, l2_distances, upper_quantile
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked
@@ -61,9 +61,9 @@ def train_local_models(model, local: LocalTraining, start, data, key, chunk=None
     """[N, ...] params: every client's ``local.steps`` steps from its ``start`` [N, ...]."""
     n = data.num_clients
     keys = client_keys(key, jnp.arange(n))
-    return map_clients(
-        lambda p, x, y, c, k: local_train(model, local, p, x, y, c, k, local.lr),
-        start, data.x, data.y, data.count, keys, chunk=chunk)
+    return map_client_data(
+        lambda i, x, y, c, p, k: local_train(model, local, p, x, y, c, k, local.lr),
+        data, None, start, keys, chunk=chunk)
 
 
 def client_distances(model, local_params, data, metric: str, chunk=None):
@@ -72,7 +72,7 @@ def client_distances(model, local_params, data, metric: str, chunk=None):
     if metric == "l2":
         n = data.num_clients
         return l2_distances(flatten_stacked(local_params)), jnp.zeros((n, n), jnp.float32)
-    loss, _ = loss_matrix(model, local_params, data.x, data.y, data.count, chunk=chunk)
+    loss, _ = loss_matrix_ids(model, local_params, data, None, chunk=chunk)
     return client_cross_loss(loss), loss
 
 
