@@ -187,3 +187,14 @@ def test_curve_blocks_per_algorithm_thinned_to_twenty_rows():
     assert local.splitlines()[3].split() == ["5", "0.5000", "0.7000"]
     assert max(len(line) for line in text.splitlines()) <= 100
     assert format_curves(results[:1]) == ""
+
+
+def test_every_algorithm_parameter_has_a_meaning():
+    """``list NAME`` reads meanings from the config docstrings; none may come out empty,
+    and none may run on into the next sentence of the docstring."""
+    from fedclust_jax.algorithms.registry import ALGORITHMS, config_keys, field_docs
+    for name, factory in ALGORITHMS.items():
+        docs = field_docs(factory.config_cls)
+        for key in config_keys(factory.config_cls):
+            assert len(docs.get(key, "")) >= 3, (name, key)
+            assert "Defaults:" not in docs[key], (name, key)

@@ -79,15 +79,16 @@ GP_MIXES = ("per_sample", "per_batch")
 
 @dataclasses.dataclass(frozen=True)
 class ClusterGANConfig:
-    """num_clusters: K (>= 2; the one-hot z_c); noise_dim: dim of z_n; noise_std: sigma;
-    beta_n, beta_c: weights of the z_n and z_c recovery losses; gp_weight: lambda;
-    critic_steps: critic updates per generator update; comm_rounds: FedAvg rounds;
-    local_steps: M generator updates per client per round; batch_size: B; lr; optimizer:
-    "sgd" | "adam"; noise_loss: "sum" | "mean"; gp_mix: "per_sample" | "per_batch" (module
-    docstring); chunk: clients per vectorized chunk (None = vmap all); eval_batch: points
-    per encoder call when assigning; width, fc_width: network size when the runner builds
-    the networks (``models.clustergan.clustergan_nets``). Defaults: the paper's MNIST
-    ClusterGAN, [T]'s SGD lr 5e-3, and the round counts of the module docstring."""
+    """Defaults: the paper's MNIST ClusterGAN, [T]'s SGD lr 5e-3, and the round counts of the
+    module docstring. num_clusters: K (>= 2; the one-hot z_c); noise_dim: dim of z_n;
+    noise_std: sigma; beta_n, beta_c: weights of the z_n and z_c recovery losses; gp_weight:
+    lambda; critic_steps: critic updates per generator update; comm_rounds: FedAvg rounds;
+    local_steps: M generator updates per client per round; batch_size: B points per step;
+    lr: step size;
+    optimizer: "sgd" | "adam"; noise_loss: "sum" | "mean"; gp_mix: "per_sample" |
+    "per_batch" (module docstring); chunk: clients per vectorized chunk (None = vmap all);
+    eval_batch: points per encoder call when assigning; width, fc_width: network size when
+    the runner builds the networks (``models.clustergan.clustergan_nets``)."""
 
     num_clusters: int = 4
     noise_dim: int = 30

@@ -29,8 +29,8 @@ FEATURES = ("input", "output")
 
 @dataclasses.dataclass(frozen=True)
 class KNNPerConfig(FedAvgConfig):
-    """FedAvg's settings for the global model, plus lam (weight of the kNN term, in [0, 1]),
-    neighbors (k) and features (``FEATURES``);
+    """FedAvg's settings for the global model. lam: weight of the kNN term, in [0, 1];
+    neighbors: k of the kNN predictor; features: what the kNN compares, "input" or "output" (``FEATURES``);
     static: participation (the number of participants, a shape)."""
 
     lam: float = 0.5

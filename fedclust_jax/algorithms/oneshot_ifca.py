@@ -31,8 +31,10 @@ from fedclust_jax.core.train import LocalTraining, cluster_pass
 
 @dataclasses.dataclass(frozen=True)
 class OneShotIFCAConfig:
-    """ONE_SHOT options as ``SRFCAConfig`` (lam, lam_quantile, t, metric, graph,
-    one_shot_steps, k_max); participation: fraction of clients per IFCA round; local: the
+    """ONE_SHOT options as ``SRFCAConfig``. lam: threshold lambda; lam_quantile: lambda =
+    this quantile of the pairwise distances instead; t: minimum ONE_SHOT component size;
+    one_shot_steps: T local steps of ONE_SHOT; k_max: size of the cluster axis (None =
+    N // t); metric, graph: see ``SRFCAConfig``; participation: fraction of clients per IFCA round; local: the
     clients' training (ONE_SHOT uses it with one_shot_steps steps); chunk: clients per chunk;
     static: lam_quantile (an index into the sorted distances), participation (a shape)."""
 

@@ -80,18 +80,18 @@ VARIANTS = {
 
 @dataclasses.dataclass(frozen=True)
 class SRFCAConfig:
-    """variant: "paper" | "authors-code", the five code choices of the module docstring;
-    graph, refine_init, one_shot_init, sequential, drop_small: None = as the variant, a
-    value overrides it. The paper's hyperparameters: lam (threshold lambda, on the
-    distance's scale: mean cross-entropy here; the code's lambdas are on mean CE / batch
-    size), t (minimum ONE_SHOT component size), beta (trimming fraction in [0, 0.5)),
-    metric ("cross_loss", Def. 5.1, the experiments; "l2", the theory). Schedule:
-    one_shot_steps (T local steps of ONE_SHOT), rounds_per_refine (FedAvg rounds of
-    TrimmedMeanGD per REFINE, each ``local.steps`` local steps), clients_per_cluster,
-    max_participants, lam_quantile (module docstring). k_max: size of the cluster axis
-    (None = N // t, enough for any ONE_SHOT outcome; smaller is faster and keeps only the
-    k_max largest ONE_SHOT clusters). ``resolved()`` gives the config with the variant's
-    values filled in;
+    """variant: "paper" | "authors-code", the five code choices of the module docstring
+    (graph, refine_init, one_shot_init, sequential, drop_small: None keeps the variant's
+    value, a value overrides it); lam: threshold lambda on the distance's scale (mean
+    cross-entropy here; the code's lambdas are on mean CE / batch size); lam_quantile:
+    lambda = this quantile of the ONE_SHOT pairwise distances instead (authors' code);
+    t: minimum ONE_SHOT component size; beta: trimming fraction of TrimmedMeanGD, in
+    [0, 0.5); metric: "cross_loss" (Def. 5.1, the experiments) or "l2" (the theory);
+    one_shot_steps: T local steps of ONE_SHOT; rounds_per_refine: FedAvg rounds of
+    TrimmedMeanGD per REFINE, each ``local.steps`` local steps; k_max: size of the cluster
+    axis (None = N // t, enough for any ONE_SHOT outcome; smaller is faster and keeps only
+    the k_max largest ONE_SHOT clusters). ``resolved()`` gives the config with the
+    variant's values filled in;
     static: lam_quantile (an index into the sorted distances, from float64 rounding)."""
 
     variant: str = "paper"

@@ -99,8 +99,8 @@ def best_trimmed_kmeans(key, points, k: int, trim_frac: float, iters: int, resta
 @dataclasses.dataclass(frozen=True)
 class ThreeStageConfig(ByzantineSetting):
     """num_clusters: k; erm_steps, erm_lr: stage-1 full-batch GD; kmeans_iters: stage-2
-    iterations; kmeans_seeding ("kmeans++" or "random") and kmeans_restarts (best trimmed
-    cost kept): stage-2 starts; trim_frac: beta
+    iterations; kmeans_seeding: stage-2 seeding, "kmeans++" or "random"; kmeans_restarts:
+    stage-2 seedings, the run of best trimmed cost kept; trim_frac: beta
     of stages 2 and 3; local: stage-3 lr = gamma; byz_frac and
     attack fields: see ``fedclust_jax.attacks`` (placement unused: clusters are fixed);
     static: byz_frac (which clients are Byzantine, a count)."""

@@ -68,15 +68,16 @@ INIT_ASSIGNS = ("random", "models", "kfed")
 
 @dataclasses.dataclass(frozen=True)
 class UIFCAConfig:
-    """num_clusters: K; cluster_rounds: T; comm_rounds: tau; local_steps: M; batch_size: N;
-    lr: eta; optimizer: "sgd" | "adam"; init_noise: std of the noise on the K copies;
-    init_assign / model_init / assign_with: see the module docstring; chunk: clients per
-    vectorized chunk (None = vmap all); standardize: every step sees the points mapped to
-    (x - mean) / std over all real points (``standardize_points``; one extra aggregation
+    """Defaults: [T]'s synthetic runs (T=20, tau=100, M=100); N, eta and the noise scale are
+    unspecified in [T] (chosen here). num_clusters: K; cluster_rounds: T, cluster rounds of
+    ``run_uifca`` (the runner has its rounds); comm_rounds: tau, FedAvg rounds per cluster
+    round; local_steps: M local steps per communication round; batch_size: N points per
+    local step; lr: eta; optimizer: "sgd" | "adam"; init_noise: std of the noise on the K
+    copies; init_assign / model_init / assign_with: see the module docstring; chunk: clients
+    per vectorized chunk (None = vmap all); standardize: every step sees the points mapped
+    to (x - mean) / std over all real points (``standardize_points``; one extra aggregation
     of sums and counts; not in [T]; for continuous data only, not for images fed to the
-    logit of ``real_nvp``). cluster_rounds: T of ``run_uifca`` (the runner has its rounds).
-    Defaults: [T]'s synthetic runs (T=20, tau=100,
-    M=100); N, eta and the noise scale are unspecified in [T] (chosen here)."""
+    logit of ``real_nvp``)."""
 
     num_clusters: int = 4
     cluster_rounds: int = 20
