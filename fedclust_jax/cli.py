@@ -327,6 +327,10 @@ DATA_HELP = {
     "std": "blob standard deviation", "center_seed": "seed of the blob centres",
     "subspace_dim": "dimension of each cluster's subspace", "coef_std": "std of the subspace coefficients",
     "jitter": "noise added off the subspace",
+    "views": "keep one shared image pool plus per-client indices (false: materialise every "
+             "client's arrays)",
+    "replace": "clients draw their n examples from the pool with replacement (any number of "
+               "clients)",
 }
 
 

@@ -198,3 +198,13 @@ def test_every_algorithm_parameter_has_a_meaning():
         for key in config_keys(factory.config_cls):
             assert len(docs.get(key, "")) >= 3, (name, key)
             assert "Defaults:" not in docs[key], (name, key)
+
+
+def test_every_dataset_parameter_has_a_meaning():
+    from fedclust_jax.cli import DATA_HELP
+    from fedclust_jax.config_check import signature_fields
+    from fedclust_jax.data.registry import DATASETS
+    given = {"data_dir", "source", "download"}   # described by ``describe_dataset`` itself
+    for name, fn in DATASETS.items():
+        fields, _ = signature_fields(fn)
+        assert not [k for k in fields if k not in DATA_HELP and k not in given], name
