@@ -10,7 +10,10 @@ Server (paper, and the authors' code):
   option II: theta_j <- equal-weight mean of the assigned participants' models
              (weighting="samples" weights by sample count, as the code's FEMNIST runs).
 An empty cluster keeps its params. With weight sharing the body (all parameter groups not
-in ``model.head``) is averaged over all participants and only the heads per cluster.
+in ``model.head``) is averaged over all participants and only the heads per cluster; the
+K models then share one body, so every loss of all K models on a batch (the cluster choice,
+``objective``, ``evaluate``) runs the body once and the K heads on its features, for a
+model that splits at its head (``Model.splits``; others run K full forward passes).
 
 Memory: a round is one streamed pass (``core.train.cluster_pass``): every participant's
 data is read once, by id, inside its chunk, to score the K models, train and add into
@@ -159,12 +162,13 @@ class IFCA:
         ``ids`` (None: all N), read by id inside the chunk; with ``model_state`` [K, ...]
         the models use their running statistics."""
         loss, _ = loss_matrix_ids(*running_view(self.model, params, model_state), data, ids,
-                                  chunk=self.cfg.chunk)
+                                  chunk=self.cfg.chunk, shared_body=self.cfg.weight_sharing)
         return jnp.argmin(loss, axis=1).astype(jnp.int32), loss
 
     def assign(self, params, x, y, count):
         """(assignment int32[M], loss matrix [M, K]) on the given clients' arrays."""
-        loss, _ = loss_matrix(self.model, params, x, y, count, chunk=self.cfg.chunk)
+        loss, _ = loss_matrix(self.model, params, x, y, count, chunk=self.cfg.chunk,
+                              shared_body=self.cfg.weight_sharing)
         return jnp.argmin(loss, axis=1).astype(jnp.int32), loss
 
     def round(self, state: ClusterState, key, data):
@@ -256,7 +260,8 @@ class IFCA:
         if self.cfg.assignment == "loss":
             return self.objective_and_evaluate(state, data)[1]
         return dict(evaluate_clusters(*running_view(self.model, state.params, state.model_state),
-                                      state.assign, data, chunk=self.cfg.chunk),
+                                      state.assign, data, chunk=self.cfg.chunk,
+                                      shared_body=self.cfg.weight_sharing),
                     assign=state.assign, cluster_params=state.params)
 
     def objective_and_evaluate(self, state, data):
@@ -264,7 +269,8 @@ class IFCA:
         one's training and test data: the training-loss matrix [N, K] both re-assigns and
         gives the objective, so it is computed once."""
         model, params = running_view(self.model, state.params, state.model_state)
-        train, loss, acc = train_test_loss_matrices(model, params, data, chunk=self.cfg.chunk)
+        train, loss, acc = train_test_loss_matrices(model, params, data, chunk=self.cfg.chunk,
+                                                    shared_body=self.cfg.weight_sharing)
         assign = (jnp.argmin(train, axis=1).astype(jnp.int32) if self.cfg.assignment == "loss"
                   else state.assign)
         return train.min(axis=1).mean(), dict(score_clusters(loss, acc, assign), assign=assign,

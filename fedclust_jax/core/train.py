@@ -12,6 +12,7 @@ from jax import lax
 
 from fedclust_jax.config_check import model_state_error
 from fedclust_jax.core.clients import stream_clients
+from fedclust_jax.core.losses import models_loss_accuracy
 from fedclust_jax.data.federated import example_mask
 from fedclust_jax.core.optim import check_optimizer, make_optimizer
 from fedclust_jax.core.traced import concrete
@@ -203,7 +204,9 @@ def cluster_pass(model, cfg: LocalTraining, params, data, ids, keys, lr, *, uplo
     ``cfg.steps`` local steps (a delta, so sums stay small), or upload="gradient": its
     gradient (``client_gradient``). Weight w_i: 1, or count_i for weighting="samples" (model
     uploads only). Rows: one-hot(j_i) * w_i, plus a last row w_i for every participant when
-    ``share_body`` (the weight-shared body's sum over all participants).
+    ``share_body`` (the weight-shared body's sum over all participants); the K models then
+    share one body, so a model that splits scores them with one body pass
+    (``core.losses.models_loss_accuracy``).
     state: None, or [K, ...] the cluster models' BatchNorm statistics s_j (a
     ``StatefulModel``; upload="model" without ``share_body`` only): the losses F_i use the
     running statistics (``running_view``), client i trains from (theta_{j_i}, s_{j_i})
@@ -223,8 +226,7 @@ def cluster_pass(model, cfg: LocalTraining, params, data, ids, keys, lr, *, uplo
     view, scored = running_view(model, params, state)
 
     def client(i, x, y, count, key):
-        mask = example_mask(count, x.shape[0])
-        loss = jax.vmap(lambda p: view.loss_and_accuracy(p, x, y, mask)[0])(scored)
+        loss = models_loss_accuracy(view, scored, x, y, count, shared_body=share_body)[0]
         if fixed_assign is None:
             scored_loss = loss if active is None else jnp.where(active, loss, jnp.inf)
             j = jnp.argmin(scored_loss).astype(jnp.int32)
