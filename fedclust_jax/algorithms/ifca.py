@@ -21,13 +21,20 @@ per-cluster sums. Live memory O(K*P + chunk*(K + P + activations)) plus the data
 assignments int32[N]; no [M, P] array exists. The SR-FCA-code variants (``sequential``,
 ``clients_per_cluster``) hold every participant's trained model: O(M*P).
 
-BatchNorm statistics (``models.resnet9.StatefulModel``; option II without weight sharing,
-the oracle included): ``ClusterState.model_state`` [K, ...] holds cluster j's statistics
-s_j; a client trains them from s_{j_i} with its params and the server sets s_j to the same
-weighted mean over the same members as theta_j (streamed: per-cluster sums of statistics
-deltas, [K, S] next to [K, P]); an empty cluster keeps them. Every loss (the cluster choice,
-``evaluate``, ``objective``) uses cluster j's running statistics (train=False,
-``models.resnet9.running_view``). Option I and weight sharing refuse such a model.
+BatchNorm statistics (``models.resnet9.StatefulModel``; every option and variant, the
+oracle included): ``ClusterState.model_state`` [K, ...] holds cluster j's statistics s_j.
+A client carries s_{j_i} through its forward passes at its cluster's model: option II's
+local steps, or option I's one gradient pass at theta_{j_i} (batch statistics of its real
+rows, running averages updated once). The server sets s_j to the mean over the same members
+with the same weights as the params: option II's weighting ("equal" or "samples"), option I
+equal weights (its gradients' weights, normalised: s_j <- s_j + sum_{i in S_j} (s_i - s_j)
+/ |S_j|). With weight sharing the body's statistics (leaves not under ``model.head``) are
+shared like the body's params, the mean over all participants, and any head statistics per
+cluster. Streamed: per-group sums of statistics deltas [G, S] next to the params' [G, P]
+(G = K, or K + 1 with weight sharing), so a round's live memory is
+O(G*(P + S) + chunk*(K + P + S + activations)); no [M, P] or [M, S] array. An empty
+cluster keeps its statistics. Every loss (the cluster choice, ``evaluate``, ``objective``)
+uses cluster j's running statistics (train=False, ``models.resnet9.running_view``).
 """
 
 from __future__ import annotations
@@ -106,12 +113,8 @@ class IFCAConfig:
                              "without weight sharing; set sequential=False")
 
     def model_state_refusal(self):
-        """None where this configuration carries a model's BatchNorm statistics (option II
-        without weight sharing), else the setting that does not."""
-        if self.option != "model":
-            return f'with option="{self.option}"'
-        if self.weight_sharing:
-            return "with weight sharing"
+        """None: every IFCA configuration carries a model's BatchNorm statistics (both
+        options, with or without weight sharing; ``config_check.check_model_state``)."""
         return None
 
 
@@ -157,6 +160,16 @@ class IFCA:
         heads = head_mask(params, self.model.head)
         return jax.tree.map(lambda a, h: a if h else jnp.broadcast_to(a[:1], a.shape), params, heads)
 
+    def _mean_body(self, means, previous, sums, totals):
+        """``means`` [K, ...] (params or statistics) with the body's leaves (not under
+        ``model.head``) set to the mean over all participants: ``previous``' shared body
+        plus the last row of ``sums`` [K + 1, ...] over ``totals[K]``."""
+        k = self.cfg.num_clusters
+        first = jax.tree.map(lambda p: p[:1], previous)
+        body = mean_from_sums(first, jax.tree.map(lambda s: s[k:], sums), totals[k:])
+        return share_body(means, head_mask(means, self.model.head),
+                          jax.tree.map(lambda b: b[0], body))
+
     def _assign_ids(self, params, data, ids, model_state=None):
         """(assignment int32[M], loss matrix [M, K]) on the training data of clients
         ``ids`` (None: all N), read by id inside the chunk; with ``model_state`` [K, ...]
@@ -186,6 +199,7 @@ class IFCA:
             self.model, cfg.local, state.params, data, None if full else ids, keys, lr,
             upload=cfg.option, fixed_assign=None if cfg.assignment == "loss" else state.assign,
             weighting=cfg.weighting, share_body=cfg.weight_sharing, chunk=cfg.chunk, state=ms)
+        sums, stat_sums = split_state(sums, ms)   # params' [G, ...], statistics' [G, ...]
         clusters = jax.tree.map(lambda s: s[:k], sums)
         if cfg.option == "gradient":
             step = lambda p, g: (p.astype(jnp.float32) - (lr / n) * g).astype(p.dtype)
@@ -194,13 +208,13 @@ class IFCA:
                 body = jax.tree.map(lambda p, s: step(p[0], s[k]), state.params, sums)
                 params = share_body(params, head_mask(state.params, self.model.head), body)
         else:
-            params, ms = split_state(
-                mean_from_sums(join_state(state.params, ms), clusters, totals[:k]), ms)
+            params = mean_from_sums(state.params, clusters, totals[:k])
             if cfg.weight_sharing:
-                first = jax.tree.map(lambda p: p[:1], state.params)
-                body = mean_from_sums(first, jax.tree.map(lambda s: s[k:], sums), totals[k:])
-                params = share_body(params, head_mask(state.params, self.model.head),
-                                    jax.tree.map(lambda b: b[0], body))
+                params = self._mean_body(params, state.params, sums, totals)
+        if ms is not None:   # the members' mean, with the weights of the params
+            ms = mean_from_sums(ms, jax.tree.map(lambda s: s[:k], stat_sums), totals[:k])
+            if cfg.weight_sharing:
+                ms = self._mean_body(ms, state.model_state, stat_sums, totals)
         if cfg.assignment != "loss":
             assign = state.assign
         else:
