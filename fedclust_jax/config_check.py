@@ -296,7 +296,7 @@ def check_study_value(key: str, value):
 
 
 # Which algorithms carry a model's BatchNorm statistics (models.resnet9.StatefulModel).
-STATE_CARRIERS = 'fedavg, local, ifca and oracle (option="model", no weight sharing)'
+STATE_CARRIERS = "fedavg, local, ifca and oracle"
 
 
 def model_state_error(algorithm: str | None, model: str, qualifier: str = "") -> ConfigError:

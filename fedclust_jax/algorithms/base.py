@@ -70,17 +70,20 @@ def client_weights(weighting: str, count: jax.Array) -> jax.Array | None:
     return None if weighting == "equal" else count.astype(jnp.float32)
 
 
-def evaluate_clusters(model, params, assign, data, *, chunk="auto", active=None) -> dict:
+def evaluate_clusters(model, params, assign, data, *, chunk="auto", active=None,
+                      shared_body: bool = False) -> dict:
     """Both evaluation protocols for K cluster models, averaged per client by the caller.
 
     "best" (IFCA): client i is scored with the model of lowest loss on its own test data,
     among the ``active`` clusters (bool[K]; None = all).
     "assigned" (SR-FCA): client i is scored with model assign[i] (NaN where unassigned).
     Test data is read client by client inside the chunk (``data.test_client``).
+    shared_body: the K models share their body (``core.losses.models_loss_accuracy``).
     Returns per-client arrays [N]: test_loss, test_acc (best), assigned_test_loss,
     assigned_test_acc, and the [N, K] matrices test_loss_matrix / test_acc_matrix.
     """
-    loss, acc = loss_matrix_ids(model, params, data, None, chunk=chunk, test=True)
+    loss, acc = loss_matrix_ids(model, params, data, None, chunk=chunk, test=True,
+                                shared_body=shared_body)
     return score_clusters(loss, acc, assign, active=active)
 
 

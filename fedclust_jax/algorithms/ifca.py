@@ -10,7 +10,10 @@ Server (paper, and the authors' code):
   option II: theta_j <- equal-weight mean of the assigned participants' models
              (weighting="samples" weights by sample count, as the code's FEMNIST runs).
 An empty cluster keeps its params. With weight sharing the body (all parameter groups not
-in ``model.head``) is averaged over all participants and only the heads per cluster.
+in ``model.head``) is averaged over all participants and only the heads per cluster; the
+K models then share one body, so every loss of all K models on a batch (the cluster choice,
+``objective``, ``evaluate``) runs the body once and the K heads on its features, for a
+model that splits at its head (``Model.splits``; others run K full forward passes).
 
 Memory: a round is one streamed pass (``core.train.cluster_pass``): every participant's
 data is read once, by id, inside its chunk, to score the K models, train and add into
@@ -18,13 +21,20 @@ per-cluster sums. Live memory O(K*P + chunk*(K + P + activations)) plus the data
 assignments int32[N]; no [M, P] array exists. The SR-FCA-code variants (``sequential``,
 ``clients_per_cluster``) hold every participant's trained model: O(M*P).
 
-BatchNorm statistics (``models.resnet9.StatefulModel``; option II without weight sharing,
-the oracle included): ``ClusterState.model_state`` [K, ...] holds cluster j's statistics
-s_j; a client trains them from s_{j_i} with its params and the server sets s_j to the same
-weighted mean over the same members as theta_j (streamed: per-cluster sums of statistics
-deltas, [K, S] next to [K, P]); an empty cluster keeps them. Every loss (the cluster choice,
-``evaluate``, ``objective``) uses cluster j's running statistics (train=False,
-``models.resnet9.running_view``). Option I and weight sharing refuse such a model.
+BatchNorm statistics (``models.resnet9.StatefulModel``; every option and variant, the
+oracle included): ``ClusterState.model_state`` [K, ...] holds cluster j's statistics s_j.
+A client carries s_{j_i} through its forward passes at its cluster's model: option II's
+local steps, or option I's one gradient pass at theta_{j_i} (batch statistics of its real
+rows, running averages updated once). The server sets s_j to the mean over the same members
+with the same weights as the params: option II's weighting ("equal" or "samples"), option I
+equal weights (its gradients' weights, normalised: s_j <- s_j + sum_{i in S_j} (s_i - s_j)
+/ |S_j|). With weight sharing the body's statistics (leaves not under ``model.head``) are
+shared like the body's params, the mean over all participants, and any head statistics per
+cluster. Streamed: per-group sums of statistics deltas [G, S] next to the params' [G, P]
+(G = K, or K + 1 with weight sharing), so a round's live memory is
+O(G*(P + S) + chunk*(K + P + S + activations)); no [M, P] or [M, S] array. An empty
+cluster keeps its statistics. Every loss (the cluster choice, ``evaluate``, ``objective``)
+uses cluster j's running statistics (train=False, ``models.resnet9.running_view``).
 """
 
 from __future__ import annotations
@@ -103,12 +113,8 @@ class IFCAConfig:
                              "without weight sharing; set sequential=False")
 
     def model_state_refusal(self):
-        """None where this configuration carries a model's BatchNorm statistics (option II
-        without weight sharing), else the setting that does not."""
-        if self.option != "model":
-            return f'with option="{self.option}"'
-        if self.weight_sharing:
-            return "with weight sharing"
+        """None: every IFCA configuration carries a model's BatchNorm statistics (both
+        options, with or without weight sharing; ``config_check.check_model_state``)."""
         return None
 
 
@@ -154,17 +160,28 @@ class IFCA:
         heads = head_mask(params, self.model.head)
         return jax.tree.map(lambda a, h: a if h else jnp.broadcast_to(a[:1], a.shape), params, heads)
 
+    def _mean_body(self, means, previous, sums, totals):
+        """``means`` [K, ...] (params or statistics) with the body's leaves (not under
+        ``model.head``) set to the mean over all participants: ``previous``' shared body
+        plus the last row of ``sums`` [K + 1, ...] over ``totals[K]``."""
+        k = self.cfg.num_clusters
+        first = jax.tree.map(lambda p: p[:1], previous)
+        body = mean_from_sums(first, jax.tree.map(lambda s: s[k:], sums), totals[k:])
+        return share_body(means, head_mask(means, self.model.head),
+                          jax.tree.map(lambda b: b[0], body))
+
     def _assign_ids(self, params, data, ids, model_state=None):
         """(assignment int32[M], loss matrix [M, K]) on the training data of clients
         ``ids`` (None: all N), read by id inside the chunk; with ``model_state`` [K, ...]
         the models use their running statistics."""
         loss, _ = loss_matrix_ids(*running_view(self.model, params, model_state), data, ids,
-                                  chunk=self.cfg.chunk)
+                                  chunk=self.cfg.chunk, shared_body=self.cfg.weight_sharing)
         return jnp.argmin(loss, axis=1).astype(jnp.int32), loss
 
     def assign(self, params, x, y, count):
         """(assignment int32[M], loss matrix [M, K]) on the given clients' arrays."""
-        loss, _ = loss_matrix(self.model, params, x, y, count, chunk=self.cfg.chunk)
+        loss, _ = loss_matrix(self.model, params, x, y, count, chunk=self.cfg.chunk,
+                              shared_body=self.cfg.weight_sharing)
         return jnp.argmin(loss, axis=1).astype(jnp.int32), loss
 
     def round(self, state: ClusterState, key, data):
@@ -182,6 +199,7 @@ class IFCA:
             self.model, cfg.local, state.params, data, None if full else ids, keys, lr,
             upload=cfg.option, fixed_assign=None if cfg.assignment == "loss" else state.assign,
             weighting=cfg.weighting, share_body=cfg.weight_sharing, chunk=cfg.chunk, state=ms)
+        sums, stat_sums = split_state(sums, ms)   # params' [G, ...], statistics' [G, ...]
         clusters = jax.tree.map(lambda s: s[:k], sums)
         if cfg.option == "gradient":
             step = lambda p, g: (p.astype(jnp.float32) - (lr / n) * g).astype(p.dtype)
@@ -190,13 +208,13 @@ class IFCA:
                 body = jax.tree.map(lambda p, s: step(p[0], s[k]), state.params, sums)
                 params = share_body(params, head_mask(state.params, self.model.head), body)
         else:
-            params, ms = split_state(
-                mean_from_sums(join_state(state.params, ms), clusters, totals[:k]), ms)
+            params = mean_from_sums(state.params, clusters, totals[:k])
             if cfg.weight_sharing:
-                first = jax.tree.map(lambda p: p[:1], state.params)
-                body = mean_from_sums(first, jax.tree.map(lambda s: s[k:], sums), totals[k:])
-                params = share_body(params, head_mask(state.params, self.model.head),
-                                    jax.tree.map(lambda b: b[0], body))
+                params = self._mean_body(params, state.params, sums, totals)
+        if ms is not None:   # the members' mean, with the weights of the params
+            ms = mean_from_sums(ms, jax.tree.map(lambda s: s[:k], stat_sums), totals[:k])
+            if cfg.weight_sharing:
+                ms = self._mean_body(ms, state.model_state, stat_sums, totals)
         if cfg.assignment != "loss":
             assign = state.assign
         else:
@@ -256,7 +274,8 @@ class IFCA:
         if self.cfg.assignment == "loss":
             return self.objective_and_evaluate(state, data)[1]
         return dict(evaluate_clusters(*running_view(self.model, state.params, state.model_state),
-                                      state.assign, data, chunk=self.cfg.chunk),
+                                      state.assign, data, chunk=self.cfg.chunk,
+                                      shared_body=self.cfg.weight_sharing),
                     assign=state.assign, cluster_params=state.params)
 
     def objective_and_evaluate(self, state, data):
@@ -264,7 +283,8 @@ class IFCA:
         one's training and test data: the training-loss matrix [N, K] both re-assigns and
         gives the objective, so it is computed once."""
         model, params = running_view(self.model, state.params, state.model_state)
-        train, loss, acc = train_test_loss_matrices(model, params, data, chunk=self.cfg.chunk)
+        train, loss, acc = train_test_loss_matrices(model, params, data, chunk=self.cfg.chunk,
+                                                    shared_body=self.cfg.weight_sharing)
         assign = (jnp.argmin(train, axis=1).astype(jnp.int32) if self.cfg.assignment == "loss"
                   else state.assign)
         return train.min(axis=1).mean(), dict(score_clusters(loss, acc, assign), assign=assign,

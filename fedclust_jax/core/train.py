@@ -12,6 +12,7 @@ from jax import lax
 
 from fedclust_jax.config_check import model_state_error
 from fedclust_jax.core.clients import stream_clients
+from fedclust_jax.core.losses import models_loss_accuracy
 from fedclust_jax.data.federated import example_mask
 from fedclust_jax.core.optim import check_optimizer, make_optimizer
 from fedclust_jax.core.traced import concrete
@@ -173,16 +174,27 @@ def local_train(model, cfg: LocalTraining, params, x, y, count, key, lr, state=N
     return stored(params) if state is None else (stored(params), state_out)
 
 
-def client_gradient(model, cfg: LocalTraining, params, x, y, count, key):
+def client_gradient(model, cfg: LocalTraining, params, x, y, count, key, state=None):
     """Gradient of the client's training loss at ``params`` (full batch, or one minibatch
-    of ``cfg.batch_size`` when set); the IFCA option-I / BR-IFCA upload. A ``StatefulModel``
-    is refused (its statistics are not carried here)."""
-    refuse_lost_state(model, None)
+    of ``cfg.batch_size`` when set); the IFCA option-I / BR-IFCA upload.
+
+    state: None, or a ``StatefulModel``'s BatchNorm statistics at ``params`` (one model's):
+    the forward pass then normalises with the batch statistics of its real rows and
+    updates the running averages once, and the result is the pair (gradient, statistics
+    after that pass, in their own dtypes). A ``StatefulModel`` without ``state`` is refused.
+    """
+    refuse_lost_state(model, state)
     n_max = x.shape[0]
     if cfg.batch_size is None:
-        return jax.grad(lambda p: training_loss(model, cfg, p, x, y, example_mask(count, n_max)))(params)
-    idx, m = minibatch(shuffled_order(key, count, n_max), 0, count, cfg.batch_size)
-    return jax.grad(lambda p: training_loss(model, cfg, p, x[idx], y[idx], m))(params)
+        xb, yb, m = x, y, example_mask(count, n_max)
+    else:
+        idx, m = minibatch(shuffled_order(key, count, n_max), 0, count, cfg.batch_size)
+        xb, yb = x[idx], y[idx]
+    if state is None:
+        return jax.grad(lambda p: training_loss(model, cfg, p, xb, yb, m))(params)
+    g, new = jax.grad(lambda p: training_loss_with_state(model, cfg, p, state, xb, yb, m),
+                      has_aux=True)(params)
+    return g, jax.tree.map(lambda a, b: a.astype(b.dtype), new, state)
 
 
 UPLOADS = ("model", "gradient")
@@ -203,38 +215,45 @@ def cluster_pass(model, cfg: LocalTraining, params, data, ids, keys, lr, *, uplo
     ``cfg.steps`` local steps (a delta, so sums stay small), or upload="gradient": its
     gradient (``client_gradient``). Weight w_i: 1, or count_i for weighting="samples" (model
     uploads only). Rows: one-hot(j_i) * w_i, plus a last row w_i for every participant when
-    ``share_body`` (the weight-shared body's sum over all participants).
+    ``share_body`` (the weight-shared body's sum over all participants); the K models then
+    share one body, so a model that splits scores them with one body pass
+    (``core.losses.models_loss_accuracy``).
     state: None, or [K, ...] the cluster models' BatchNorm statistics s_j (a
-    ``StatefulModel``; upload="model" without ``share_body`` only): the losses F_i use the
-    running statistics (``running_view``), client i trains from (theta_{j_i}, s_{j_i})
-    carrying them (``local_train(..., state=)``) and uploads the pair of deltas
-    (theta_i - theta_{j_i}, s_i - s_{j_i}) with the same row; ``sums`` is then the pair
-    (params sums, statistics sums), and ``mean_from_sums((params, state), sums, totals)``
-    gives both weighted cluster means.
+    ``StatefulModel``): the losses F_i use the running statistics (``running_view``);
+    client i starts from (theta_{j_i}, s_{j_i}) and carries the statistics through its
+    forward passes (upload="model": ``local_train(..., state=)``; upload="gradient": the
+    one pass of ``client_gradient(..., state=)``), and uploads, with the same row, the
+    pair (its params upload, s_i - s_{j_i}); ``sums`` is then the pair (params sums
+    [G, P], statistics sums [G, S]), so the statistics' weighted means over the same
+    members (``mean_from_sums`` of the pair, or of the statistics alone) come with the
+    same weights as the params.
 
     Returns (sums [G, ...] float32, totals float32[G], loss [M, K], assign int32[M]),
-    G = K (+1 with share_body). Live memory O(G*P + chunk*(P + activations)).
+    G = K (+1 with share_body). Live memory O(G*(P + S) + chunk*(P + activations)).
     """
     if upload not in UPLOADS:
         raise ValueError(f"upload must be one of {UPLOADS}, got {upload!r}")
-    if state is not None and (upload != "model" or share_body):
-        raise ValueError('BatchNorm state is carried with upload="model" and no shared body only')
     k = jax.tree.leaves(params)[0].shape[0]
     view, scored = running_view(model, params, state)
 
     def client(i, x, y, count, key):
-        mask = example_mask(count, x.shape[0])
-        loss = jax.vmap(lambda p: view.loss_and_accuracy(p, x, y, mask)[0])(scored)
+        loss = models_loss_accuracy(view, scored, x, y, count, shared_body=share_body)[0]
         if fixed_assign is None:
             scored_loss = loss if active is None else jnp.where(active, loss, jnp.inf)
             j = jnp.argmin(scored_loss).astype(jnp.int32)
         else:
             j = fixed_assign[i].astype(jnp.int32)
         start = jax.tree.map(lambda a: a[jnp.clip(j, 0, k - 1)], params)
+        delta = lambda t, s: t.astype(jnp.float32) - s.astype(jnp.float32)
         if upload == "gradient":
-            value, w = client_gradient(model, cfg, start, x, y, count, key), jnp.float32(1)
+            if state is None:
+                value = client_gradient(model, cfg, start, x, y, count, key)
+            else:
+                s_start = jax.tree.map(lambda a: a[jnp.clip(j, 0, k - 1)], state)
+                g, s_new = client_gradient(model, cfg, start, x, y, count, key, state=s_start)
+                value = (g, jax.tree.map(delta, s_new, s_start))
+            w = jnp.float32(1)
         else:
-            delta = lambda t, s: t.astype(jnp.float32) - s.astype(jnp.float32)
             if state is None:
                 trained = local_train(model, cfg, start, x, y, count, key, lr)
                 value = jax.tree.map(delta, trained, start)

@@ -29,6 +29,11 @@ class Model:
     the IFCA paper) or "classification" (logits [n, C], softmax cross-entropy).
     head: names of the top-level parameter groups that form the per-cluster head when
     weights are shared (IFCA weight sharing); the rest is the shared body.
+    body_apply(params, x[n, ...]) -> features [n, ...] and head_apply(params, features) ->
+    outputs [n, ...]: the forward pass split at the head (None where a model does not
+    split), apply(p, x) == head_apply(p, body_apply(p, x)); body_apply reads only the body's
+    parameter groups and head_apply only the ``head``'s. Models whose K copies share one
+    body then score all K on a batch with one body pass (``core.losses``).
     """
 
     name: str
@@ -36,6 +41,13 @@ class Model:
     apply: Callable[[Params, jax.Array], jax.Array]
     task: str
     head: tuple[str, ...] = ()
+    body_apply: Callable[[Params, jax.Array], jax.Array] | None = None
+    head_apply: Callable[[Params, jax.Array], jax.Array] | None = None
+
+    @property
+    def splits(self) -> bool:
+        """True when the forward pass splits into ``body_apply`` and ``head_apply``."""
+        return self.body_apply is not None and self.head_apply is not None
 
     def example_losses(self, params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
         """Per-example loss [n] float32 (outputs upcast before the loss)."""
@@ -53,7 +65,11 @@ class Model:
     def loss_and_accuracy(self, params, x, y, mask) -> tuple[jax.Array, jax.Array]:
         """(mean loss, mean accuracy) over the real examples, float32; accuracy is 0 for
         regression."""
-        out = self.apply(params, x).astype(jnp.float32)
+        return self.outputs_loss_and_accuracy(self.apply(params, x), y, mask)
+
+    def outputs_loss_and_accuracy(self, out, y, mask) -> tuple[jax.Array, jax.Array]:
+        """``loss_and_accuracy`` from the outputs [n, ...] already computed."""
+        out = out.astype(jnp.float32)
         w = mask.astype(jnp.float32)
         denom = jnp.maximum(jnp.sum(w), 1.0)
         if self.task == "regression":
@@ -69,19 +85,30 @@ def from_nnx(name: str, make: Callable[[nnx.Rngs], nnx.Module], *, task: str,
     """Wraps an NNX module constructor ``make(rngs)`` as a pure ``Model``.
 
     Params are the module's ``nnx.Param`` leaves as a pure nested dict; the graph is built
-    once here (abstractly, no arrays allocated) and merged back inside ``apply``.
+    once here (abstractly, no arrays allocated) and merged back inside ``apply``. A module
+    with methods ``features(x)`` (the body's output) and ``from_features(h)`` (the head on
+    it), whose ``__call__`` is their composition, gives ``body_apply`` / ``head_apply``.
     """
-    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: make(nnx.Rngs(0))))
+    module = nnx.eval_shape(lambda: make(nnx.Rngs(0)))
+    graphdef, abstract = nnx.split(module)
 
     def init(key: jax.Array) -> Params:
         return nnx.to_pure_dict(nnx.split(make(nnx.Rngs(key)))[1])
 
-    def apply(params: Params, x: jax.Array) -> jax.Array:
+    def merged(params: Params):
         state = jax.tree.map(lambda a: a, abstract)
         nnx.replace_by_pure_dict(state, params)
-        return nnx.merge(graphdef, state)(x)
+        return nnx.merge(graphdef, state)
 
-    return Model(name=name, init=init, apply=apply, task=task, head=head)
+    def apply(params: Params, x: jax.Array) -> jax.Array:
+        return merged(params)(x)
+
+    split = {}
+    if callable(getattr(module, "features", None)) and callable(
+            getattr(module, "from_features", None)):
+        split = dict(body_apply=lambda params, x: merged(params).features(x),
+                     head_apply=lambda params, h: merged(params).from_features(h))
+    return Model(name=name, init=init, apply=apply, task=task, head=head, **split)
 
 
 DENSE_INITS = ("flax", "torch")

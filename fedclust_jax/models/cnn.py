@@ -51,12 +51,19 @@ class FemnistCNN(nnx.Module):
         self.fc1 = nnx.Linear(flat, 2048, rngs=rngs)
         self.fc2 = nnx.Linear(2048, num_classes, rngs=rngs)
 
-    def __call__(self, x):
+    def features(self, x):
+        """The body (everything below fc2) -> [n, 2048]."""
         x = _as_images(x, self.size, self.size, self.channels)
         x = max_pool(jax.nn.relu(self.conv1(x)), (2, 2), (2, 2), impl=self.impl)
         x = max_pool(jax.nn.relu(self.conv2(x)), (2, 2), (2, 2), impl=self.impl)
-        x = jax.nn.relu(self.fc1(x.reshape(x.shape[0], -1)))
-        return self.fc2(x)
+        return jax.nn.relu(self.fc1(x.reshape(x.shape[0], -1)))
+
+    def from_features(self, h):
+        """The head fc2 on the body's features."""
+        return self.fc2(h)
+
+    def __call__(self, x):
+        return self.from_features(self.features(x))
 
 
 def local_response_norm(x, depth_radius: int = 4, bias: float = 1.0, alpha: float = 0.001 / 9.0,
@@ -94,7 +101,8 @@ class CifarCNN(nnx.Module):
         self.fc2 = nnx.Linear(384, 192, rngs=rngs)
         self.fc3 = nnx.Linear(192, num_classes, rngs=rngs)
 
-    def __call__(self, x):
+    def features(self, x):
+        """The body (everything below fc3) -> [n, 192]."""
         x = _as_images(x, self.size, self.size, self.channels)
         if self.crop:
             x = center_crop(x, self.crop)
@@ -102,8 +110,14 @@ class CifarCNN(nnx.Module):
         x = local_response_norm(pool(jax.nn.relu(self.conv1(x))))
         x = pool(local_response_norm(jax.nn.relu(self.conv2(x))))
         x = jax.nn.relu(self.fc1(x.reshape(x.shape[0], -1)))
-        x = jax.nn.relu(self.fc2(x))
-        return self.fc3(x)
+        return jax.nn.relu(self.fc2(x))
+
+    def from_features(self, h):
+        """The head fc3 on the body's features."""
+        return self.fc3(h)
+
+    def __call__(self, x):
+        return self.from_features(self.features(x))
 
 
 def femnist_cnn(num_classes: int = 62, *, size: int = 28, channels: int = 1,

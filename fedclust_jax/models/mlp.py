@@ -23,13 +23,19 @@ class MLP(nnx.Module):
             [nnx.Linear(a, b, rngs=rngs, **dense_init_kwargs(init, a))
              for a, b in zip(sizes[:-1], sizes[1:])])
 
-    def __call__(self, x):
+    def features(self, x):
+        """The body: every layer but the last, each followed by ReLU -> [n, d_{L-1}]."""
         x = x.reshape(x.shape[0], -1)
-        for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if i < len(self.layers) - 1:
-                x = jax.nn.relu(x)
+        for i in range(len(self.layers) - 1):
+            x = jax.nn.relu(self.layers[i](x))
         return x
+
+    def from_features(self, h):
+        """The head (the last layer) on the body's features."""
+        return self.layers[len(self.layers) - 1](h)
+
+    def __call__(self, x):
+        return self.from_features(self.features(x))
 
 
 def mlp(sizes: Sequence[int] = (784, 200, 10), *, task: str = "classification",

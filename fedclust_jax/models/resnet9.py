@@ -15,19 +15,22 @@ points that carry a mask (``loss``, ``loss_and_accuracy``, what the algorithms c
 ``apply(params, x)`` and ``example_losses`` treat every row as real. Without a carried state
 they normalise with the batch's statistics and keep nothing.
 
-Carrying the state through training: FedAvg, Local and IFCA option II (the oracle
-included; no weight sharing) carry it; every other algorithm refuses a ``StatefulModel``
-before compute with one line (``config_check.check_model_state``). The algorithm state
+Carrying the state through training: FedAvg, Local and IFCA (both options, with or without
+weight sharing, the oracle included) carry it; every other algorithm refuses a
+``StatefulModel`` before compute with one line (``config_check.check_model_state``). The algorithm state
 holds ``model_state`` with the leading axes of its ``params``: FedAvg one model's
 statistics, Local [N, ...] (one set per client), IFCA [K, ...] (one per cluster); each leaf
 is a BatchNorm mean or variance [C] (4,480 floats per model for "page" at width 64).
 ``core.train.local_train(..., state=s)`` takes every step as
 ``(g, s) = jax.grad(loss_with_state, has_aux=True)(p, s, xb, yb, m)`` (batch statistics of
 the minibatch's real rows, running averages updated) and returns (params, statistics after
-the last step). The server averages the statistics with the same weights over the same
+the last step); IFCA option I's ``client_gradient(..., state=s)`` takes its one gradient
+pass the same way. The server averages the statistics with the same weights over the same
 members as the params: s_j <- sum_i w_i s_i / sum_i w_i over cluster j's participants
 (streamed as per-cluster sums of the deltas s_i - s_j, [K, S] next to the params' [K, P],
-``core.train.cluster_pass``); an empty cluster keeps its statistics. Every loss that
+``core.train.cluster_pass``); with IFCA weight sharing the body's statistics are averaged
+over all participants like the body's params (``algorithms.ifca``); an empty cluster keeps
+its statistics. Every loss that
 scores a model (IFCA's cluster choice, ``objective``, ``evaluate``) uses its running
 statistics: ``running_view(model, params, state)`` is a stateless ``Model`` over
 {"params", "state"} whose ``apply`` is ``apply_with_state(..., train=False)``. The
@@ -73,10 +76,15 @@ class StatefulModel(Model):
     """A ``Model`` with a state pytree (BatchNorm running statistics).
 
     init_state(key) -> state; apply_with_state(params, state, x, *, train) -> (out, state).
+    body_running(params, state, x) -> features and head_running(params, state, features) ->
+    outputs: the forward pass with the running statistics (train=False) split at the head
+    (None where the module does not split); ``running_view`` gives them to its view.
     """
 
     init_state: Callable[[jax.Array], State] = None
     apply_with_state: Callable[..., tuple[jax.Array, State]] = None
+    body_running: Callable | None = None
+    head_running: Callable | None = None
 
     def loss_with_state(self, params, state, x, y, mask, *, train: bool = True):
         """(mean loss over real examples, new state): for ``jax.grad(..., has_aux=True)``.
@@ -131,7 +139,8 @@ def running_view(model, params, state):
     ``Model`` whose params are {"params": params, "state": state} (both with the same
     leading axes, e.g. [K, ...]) and whose ``apply`` is ``apply_with_state(..., train=False)``:
     any loss routine (``core.losses``, ``evaluate_clusters``) then scores the model with its
-    running statistics, as it is served; the mask only weights the loss."""
+    running statistics, as it is served; the mask only weights the loss. A model with
+    ``body_running`` / ``head_running`` gives a view that splits at the head (``Model.splits``)."""
     if state is None:
         return model, params
 
@@ -141,20 +150,26 @@ def running_view(model, params, state):
     def init(key):
         return {"params": model.init(key), "state": model.init_state(key)}
 
+    split = {}
+    if model.body_running is not None and model.head_running is not None:
+        split = dict(body_apply=lambda v, x: model.body_running(v["params"], v["state"], x),
+                     head_apply=lambda v, h: model.head_running(v["params"], v["state"], h))
     view = Model(name=f"{model.name}-running", init=init, apply=apply, task=model.task,
-                 head=model.head)
+                 head=model.head, **split)
     return view, {"params": params, "state": state}
 
 
 def from_nnx_stateful(name: str, make: Callable[[nnx.Rngs], nnx.Module], *, task: str,
                       head: tuple[str, ...] = ()) -> StatefulModel:
-    """Wraps an NNX module whose ``__call__(x, train)`` uses BatchNorm.
+    """Wraps an NNX module whose ``__call__(x, train, mask)`` uses BatchNorm; a module with
+    ``features(x, train, mask)`` and ``from_features(h, train, mask)`` (``__call__`` their
+    composition) gives ``body_running`` / ``head_running``.
 
     Params are the ``nnx.Param`` leaves, state the ``nnx.BatchStat`` leaves, both pure dicts;
     the module is merged with ``copy=True`` so ``apply_with_state`` works inside ``jax.grad``.
     """
-    graphdef, abs_params, abs_state = nnx.split(nnx.eval_shape(lambda: make(nnx.Rngs(0))),
-                                                nnx.Param, nnx.BatchStat)
+    module = nnx.eval_shape(lambda: make(nnx.Rngs(0)))
+    graphdef, abs_params, abs_state = nnx.split(module, nnx.Param, nnx.BatchStat)
 
     def split(key):
         _, params, state = nnx.split(make(nnx.Rngs(key)), nnx.Param, nnx.BatchStat)
@@ -184,8 +199,15 @@ def from_nnx_stateful(name: str, make: Callable[[nnx.Rngs], nnx.Module], *, task
                              nnx.to_pure_dict(abs_state))
         return apply_with_state(params, zeros, x, train=True)[0]  # every row real
 
+    running = {}
+    if callable(getattr(module, "features", None)) and callable(
+            getattr(module, "from_features", None)):
+        running = dict(
+            body_running=lambda params, state, x: merge(params, state).features(x, train=False),
+            head_running=lambda params, state, h: merge(params, state).from_features(
+                h, train=False))
     return StatefulModel(name=name, init=init, apply=apply, task=task, head=head,
-                         init_state=init_state, apply_with_state=apply_with_state)
+                         init_state=init_state, apply_with_state=apply_with_state, **running)
 
 
 class ConvBN(nnx.Module):
@@ -240,8 +262,8 @@ class ResNet9(nnx.Module):
             last = w(128)
         self.linear = nnx.Linear(last, num_classes, use_bias=False, rngs=rngs)
 
-    def __call__(self, x, train: bool = True, mask=None):
-        """mask: None or bool [n]: the rows whose batch statistics normalise the batch."""
+    def features(self, x, train: bool = True, mask=None):
+        """The body (everything below the final linear layer) -> [n, channels]."""
         bmask = None
         if mask is not None:  # no real row (an empty client): every row, so nothing is NaN
             bmask = jnp.asarray(mask, bool).reshape(-1, 1, 1, 1)
@@ -251,8 +273,15 @@ class ResNet9(nnx.Module):
                 x = max_pool(x, (2, 2), (2, 2), impl=self.impl)
             else:
                 x = layer(x, train, bmask)
-        x = x.max(axis=(1, 2))
-        return self.scale * self.linear(x)
+        return x.max(axis=(1, 2))
+
+    def from_features(self, h, train: bool = True, mask=None):
+        """The head (final linear layer, scaled; no statistics) on the body's features."""
+        return self.scale * self.linear(h)
+
+    def __call__(self, x, train: bool = True, mask=None):
+        """mask: None or bool [n]: the rows whose batch statistics normalise the batch."""
+        return self.from_features(self.features(x, train, mask), train, mask)
 
 
 def resnet9(num_classes: int = 10, *, variant: str = "page", width: int = 64,
