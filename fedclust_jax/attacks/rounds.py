@@ -28,20 +28,19 @@ def client_labels(attack, y, is_byz, num_classes: int = 0):
 def byzantine_assign(model, attack, params, data, byz, *, chunk=None):
     """(assign int32[N], loss [N, K]): loss-based choice for every client of ``data``
     (``FederatedData`` or ``FederatedViews``), the Byzantine rows (byz bool[N]) evaluated on
-    their flipped labels at ``attack.eval_params(params)`` and then placed."""
+    their flipped labels at ``attack.eval_params(params)`` and then placed. Each client
+    computes K losses, at the K models it sees (a select of the two [K, ...] stacks per
+    client: memory chunk x K x P under the outlier attack)."""
     k = jax.tree.leaves(params)[0].shape[0]
-    outlier = attack.name == "outlier"
-    if outlier:   # both loss matrices in one pass over the data
-        params = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), params,
-                              attack.eval_params(params))
+    bad = attack.eval_params(params) if attack.name == "outlier" else None
 
     def per_client(i, x, y, count):
         y = client_labels(attack, y, byz[i], data.num_classes)
-        return jax.vmap(lambda p: client_loss_accuracy(model, p, x, y, count)[0])(params)
+        p = params if bad is None else jax.tree.map(
+            lambda g, b: jnp.where(byz[i], b, g), params, bad)       # K losses, at one point
+        return jax.vmap(lambda q: client_loss_accuracy(model, q, x, y, count)[0])(p)
 
     loss = map_client_data(per_client, data, None, chunk=chunk)
-    if outlier:
-        loss = jnp.where(byz[:, None], loss[:, k:], loss[:, :k])
     assign = jnp.argmin(loss, axis=1).astype(jnp.int32)
     return attack.place(assign, byz, k), loss
 
