@@ -199,9 +199,12 @@ def combine(args):
         with open(path) as f:
             rows += [json.loads(line) for line in f if line.strip()]
     # a later line for the same point and settings replaces an earlier one
-    keyed = {}
+    keyed, superseded = {}, []
     for r in rows:
-        keyed[(r["panel"], r["m"], r["n"], r["R"], r["sigma"])] = r
+        key = (r["panel"], r["m"], r["n"], r["R"], r["sigma"])
+        if key in keyed:
+            superseded.append(keyed[key])
+        keyed[key] = r
     rows = sorted(keyed.values(), key=lambda r: (r["panel"], r["sigma"], r["n"], r["R"], r["m"]))
     cmd = "python benchmarks/ifca_figure3.py " + " ".join(map(shlex.quote, sys.argv[1:]))
     lines = [f"    {cmd}", "",
@@ -227,6 +230,13 @@ def combine(args):
     lines += ["", "Commands that produced the points:", ""]
     for c in sorted({r["command"] for r in rows}):
         lines.append(f"    {c}")
+    if superseded:
+        lines += ["", "Earlier runs of a point, replaced in the table by a later line of the "
+                  "JSONL (kept there):", ""]
+        for r in superseded:
+            lines.append(f"- panel {r['panel']}, m = {r['m']}, n = {r['n']}, R = {r['R']}, "
+                         f"sigma = {r['sigma']}: success {r['success']:.2f} ({r['trials']} "
+                         f"trials), by `{r['command']}`")
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     plot(rows, os.path.splitext(args.out)[0] + ".png")

@@ -63,3 +63,20 @@ def test_success_rule_on_toy_point():
     # 160 points per cluster in d = 6, separation 3 >> sigma: gamma = 1 (one-step, the
     # population map is theta - gamma * H (theta - theta*)) finds both models in every trial
     assert res["success"] == 1.0
+
+
+def test_combine_keeps_the_later_line_and_lists_the_earlier(tmp_path, monkeypatch):
+    import json
+    base = dict(panel="a", m=100, n=100, R=1.0, sigma=0.1, k=2, trials=2, inits=1,
+                gammas=[0.1], rounds=300, best_dist=[0.05, 0.5], first_success_round=[100, None],
+                seconds=1.0, uptime_before="load average: 1.0, 1.0, 1.0")
+    lines = [dict(base, success=0.5, command="old"), dict(base, success=1.0, command="new")]
+    src = tmp_path / "p.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    out = tmp_path / "t.md"
+    monkeypatch.setattr(fig3, "plot", lambda rows, path: None)
+    fig3.combine(type("A", (), dict(combine=[str(src)], notes_file=None, out=str(out)))())
+    text = out.read_text()
+    table = [l for l in text.splitlines() if l.startswith("| a |")]
+    assert len(table) == 1 and "| 1.00 |" in table[0]
+    assert "success 0.50 (2 trials), by `old`" in text
