@@ -13,6 +13,8 @@ and loss over seeds beside the paper's numbers. Seeds are a vmap axis of one com
     python benchmarks/threshold_table1.py --data-dir ../shared/data/mnist \
         [--seeds 3] [--rounds 300] [--out benchmarks/results/threshold_table1.md]
     python benchmarks/threshold_table1.py --combine RESULT.md [RESULT.md ...] [--out FILE]
+    python benchmarks/threshold_table1.py --seeds 1 --rounds 200 --hidden 0 --jsonl R.jsonl
+    python benchmarks/threshold_table1.py --combine R.jsonl [--notes-file NOTES.md] --out FILE.md
 
 The paper does not give the model, optimiser, learning rate, batch size, rounds, TC
 iterations or seeds. Defaults here (the full setting, meant for an accelerator): the IFCA
@@ -27,6 +29,10 @@ method takes the same number of steps with the same lr and batch size (the paper
 the learning rate separately for each algorithm ... but preserve all other algorithmic
 setups"; no tuning here). ``--time-round`` only measures one compiled round per method;
 ``--combine`` gives mean +- std over the seeds of several result files of one setting.
+``--jsonl FILE`` appends one record per (task, method) as it finishes (command, wall and CPU
+seconds, ``uptime`` before, per-seed accuracy, loss and IFCA misclustering); ``--combine``
+of JSONL files writes the whole result file from them (table, misclustering, run times, then
+``--notes-file``), so notes can be written after a run without rerunning it.
 
 FC costs O(N x N / 16) minibatch gradients a round. Its TC runs in Gram space by default
 (``--tc-method gram``: one [S, P] x [P, S] product per client, then the l iterations on
@@ -37,9 +43,9 @@ process on the quiet CPU (``threshold_tc_methods.py``), gram 4.0-4.5 s against p
 4.9-5.6 s. With "points" one client at a time
 (``--fc-chunk 1``, the default) is fastest (shared cores: 20 s at chunk 1, 37 s at chunk 5,
 58 s at chunk 20); with "gram" chunks 1, 4 and 20 timed alike. The full setting is about
-2.3 hours of FC on that CPU. benchmarks/results/threshold_table1.md was produced with a
-documented reduced setting (``--hidden 0 --rounds 200 --seeds 1``: softmax regression);
-see its notes.
+2.3 hours of FC on that CPU. benchmarks/results/threshold_table1.md is the reduced setting
+``--hidden 0 --rounds 200 --seeds 1`` (softmax regression), run with ``--jsonl`` and written
+by ``--combine`` with benchmarks/notes/threshold_table1.md.
 """
 
 from __future__ import annotations
