@@ -70,3 +70,11 @@ def test_figure_is_drawn_from_the_records(tmp_path):
     png = tmp_path / "f.png"
     br.main(["--figure", str(png), "--cells", cells])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_combine_counts_the_trials_that_lost_a_cluster(tmp_path):
+    r = _record("BR-IFCA median", 0.2, 0.1, 0.2, trials=3)
+    r.update(hungarian=[0.05, 0.3, 0.07], cluster_errors=[[0.1, 0.0], [0.9, 0.1], [0.6, 0.1]],
+             honest_sizes=[[5, 5], [10, 0], [5, 5]], byzantine_sizes=[[0, 0], [0, 2], [0, 0]])
+    text = br.combine([_write(tmp_path / "c.jsonl", [r])], [])
+    assert "| 5 | 200 | 20 | BR-IFCA median | 3 | random | 2 | 1 | 0.050 |" in text
