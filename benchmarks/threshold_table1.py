@@ -388,6 +388,19 @@ def main(argv=None):
             fh.write(text)
 
 
+def without_notes(argv):
+    """``argv`` without its ``--note TEXT`` / ``--note=TEXT`` pairs (``--notes-file`` kept)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--note":
+            skip = True
+        elif not a.startswith("--note="):
+            out.append(a)
+    return out
+
+
 def table(results, times, wall, args, seeds, miscls, *, first_line=None, run_commands=None,
           cpu=None, loads=None, machine=None):
     """Markdown of one setting's results. ``results[task][method] = (acc, loss, rounds)``
@@ -396,7 +409,7 @@ def table(results, times, wall, args, seeds, miscls, *, first_line=None, run_com
     passes its own ``first_line``, the ``run_commands`` that made the records, their
     ``cpu`` seconds and ``loads`` (uptime before each) and the records' ``machine``."""
     fc_rounds = args.fc_rounds or args.rounds
-    command = [a for a in sys.argv[1:] if not a.startswith("--note") and a not in args.note]
+    command = without_notes(sys.argv[1:])
     if run_commands is None:
         run_commands = ["python benchmarks/threshold_table1.py " + shlex.join(command)]
     if first_line is None:

@@ -124,3 +124,9 @@ def test_combine_jsonl_refuses_records_of_different_settings(tmp_path):
                     + json.dumps(_record("rotation", "IFCA", 80.0, [0.25], rounds=300)) + "\n")
     with pytest.raises(SystemExit, match="different settings"):
         table1.combine_jsonl([str(path)], [])
+
+
+def test_the_command_line_keeps_notes_file_and_drops_note_text():
+    assert table1.without_notes(["--seeds", "1", "--note", "a b", "--notes-file", "N.md",
+                                 "--note=c", "--out", "F.md"]) == [
+        "--seeds", "1", "--notes-file", "N.md", "--out", "F.md"]
