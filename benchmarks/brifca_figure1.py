@@ -1,7 +1,9 @@
 """BR-IFCA paper, Figure 1: dist = (1/k) sum_j ||theta_hat_j - theta*_j|| against d and k.
 
     python benchmarks/brifca_figure1.py [--trials 50] [--rounds 300] [--panels a b c]
-        [--out benchmarks/results/brifca_figure1.md]
+        [--out runs/brifca_figure1.jsonl]
+    python benchmarks/brifca_figure1.py --combine runs/brifca_figure1.jsonl \
+        [--notes-file benchmarks/notes/brifca_figure1.md] --out benchmarks/results/brifca_figure1.md
 
 Setting (paper): n = 100 per machine, sigma^2 = 0.2, byz_frac = trim_frac = 0.05 (the
 outlier attack: own norm-3 theta_b, cluster by loss at 3 theta_j, gradient at 3 theta_j),
@@ -20,10 +22,15 @@ and, as the code, nearest-truth matching; mean and standard error over trials.
 ``--init near-truth`` starts BR-IFCA's models a quarter of the smallest centre distance from
 the truth (the theory's assumption) instead; ``--per-trial FILE`` keeps every trial's
 per-cluster errors, and ``--summarize FILE`` counts the trials that lost a cluster.
-``--figure PNG`` draws the figure from committed results, no rerun: the 50-trial table of
-``--table`` (default results/brifca_figure1.md; mean and standard error per method and
-setting) and, dashed in panel (a), the near-truth runs of ``--near-truth`` (default
-results/brifca_figure1_per_trial.jsonl).
+``--out FILE.jsonl`` appends one record per (setting, method) as soon as it finishes: the
+command, trials, seconds (wall and CPU, ``uptime`` before), mean and standard error of dist
+(Hungarian), the mean nearest-truth dist and every trial's details (the ``--per-trial``
+fields, so ``--summarize`` reads it too). ``--combine JSONL... --out FILE.md`` writes one
+table per run setting (trials, rounds, lr, init, sort), the run times and the commands,
+then ``--notes-file``; a later record of the same setting and method replaces an earlier
+one. ``--figure PNG`` draws the figure from the records of ``--cells`` (JSONL, default
+results/brifca_figure1.jsonl; random init only) and, dashed in panel (a), the near-truth
+records of ``--near-truth`` where given; no rerun.
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ import argparse
 import json
 import os
 import re
+import shlex
+import subprocess
+import sys
 import time
 
 import jax
@@ -123,6 +133,15 @@ def min_separation(centers):
     return float(d[np.triu_indices(len(centers), 1)].min())
 
 
+def lost_clusters(r, lost=0.5):
+    """Per trial of a record with per-trial fields: bool [trials] whether some true centre's
+    matched estimate is farther than ``lost`` from it, and bool [trials] whether some model
+    ends chosen by Byzantine clients alone."""
+    bad = np.array(r["cluster_errors"]).max(axis=1) > lost
+    held = ((np.array(r["honest_sizes"]) == 0) & (np.array(r["byzantine_sizes"]) > 0)).any(1)
+    return bad, held
+
+
 def summarize_per_trial(path, lost=0.5):
     """Prints, per record of a ``--per-trial`` file: mean and median dist; the trials that
     lost a cluster (some true centre's matched estimate farther than ``lost``, half the
@@ -134,10 +153,9 @@ def summarize_per_trial(path, lost=0.5):
         if "hungarian" not in r:          # the provenance line
             continue
         h, sep = np.array(r["hungarian"]), np.array(r["min_separation"])
-        bad = np.array(r["cluster_errors"]).max(axis=1) > lost
+        bad, held = lost_clusters(r, lost)
         low = sep < np.median(sep)
         rest = f"{h[~bad].mean():.3f}" if (~bad).any() else "-"
-        held = ((np.array(r["honest_sizes"]) == 0) & (np.array(r["byzantine_sizes"]) > 0)).any(1)
         print(f"k={r['k']} m={r['m']} d={r['d']} {r['method']} (init {r.get('init', 'random')}): "
               f"dist mean {h.mean():.3f}, median {np.median(h):.3f}; {bad.sum()} of {h.size} "
               f"trials lost a cluster ({(bad & held).sum()} of them with a model held by Byzantines "
@@ -187,7 +205,117 @@ def read_near_truth(path):
     return out
 
 
-def draw_figure(table, near, path):
+def read_cells(paths, init="random"):
+    """Records of ``--out`` JSONL files with the given init, a later record of the same
+    setting and method replacing an earlier one, in file order."""
+    keyed = {}
+    for path in paths:
+        for line in open(path):
+            if line.strip():
+                r = json.loads(line)
+                if "mean" in r:
+                    keyed[record_key(r)] = r
+    return [r for r in keyed.values() if init is None or r["init"] == init]
+
+
+def record_key(r):
+    """(k, m, d, method, trials, rounds, lr, init, sort): one cell of one run setting."""
+    return (r["k"], r["m"], r["d"], r["method"], r["trials"], r["rounds"], r["lr"], r["init"],
+            r["sort_method"])
+
+
+def cells_table(records):
+    """{(k, m, d): {method: (mean, standard error)}} of records (``draw_figure``'s input);
+    where a cell ran with several trial counts, the one with most trials."""
+    table, trials = {}, {}
+    for r in records:
+        key = (r["k"], r["m"], r["d"])
+        if r["trials"] >= trials.get(key + (r["method"],), 0):
+            trials[key + (r["method"],)] = r["trials"]
+            table.setdefault(key, {})[r["method"]] = (r["mean"], r["se"])
+    return table
+
+
+def cell(r):
+    return f"{r['mean']:.3f} ± {r['se']:.3f} ({r['nearest_mean']:.3f})"
+
+
+def combine(paths, argv, notes_file=None):
+    """The result file: one table per run setting of the records in ``paths`` (rows (k, m,
+    d), columns the methods found, cells "mean ± se (nearest)"), the run time of every cell
+    with its load, the commands, then ``notes_file``."""
+    records = read_cells(paths, init=None)
+    if not records:
+        sys.exit(f"no (setting, method) records in {', '.join(paths)}; run with --out FILE.jsonl")
+    lines = ["Generated by `python benchmarks/brifca_figure1.py " + shlex.join(argv) + "`.", "",
+             "# BR-IFCA Figure 1 reproduction", "",
+             "dist = (1/k) sum_j ||theta_hat_j - theta*_j||, mean ± standard error over trials, "
+             "with one-to-one (Hungarian) matching; in parentheses the mean with the "
+             "nearest-truth matching of the authors' code. Outlier attack, byz_frac = "
+             "trim_frac = 0.05, n = 100, sigma^2 = 0.2. Trial t's data and initialisation keys "
+             "are folded from t, so the first trials of a setting are the same in every run. "
+             "Each cell is one record of the JSONL files " + ", ".join(f"`{p}`" for p in paths)
+             + ", appended by the commands listed below.", ""]
+    groups = {}
+    for r in records:
+        groups.setdefault((r["trials"], r["rounds"], r["lr"], r["init"], r["sort_method"]),
+                          []).append(r)
+    for (trials, rounds, lr, init, sort), rs in sorted(groups.items(), key=lambda g: (
+            -g[0][0], str(g[0]))):
+        methods = [m for m in METHODS if any(r["method"] == m for r in rs)]
+        sort = "" if sort == "auto" else f", sort {sort}"
+        lines += [f"## {trials} trials, {rounds} rounds, lr {lr}, init {init}{sort}", "",
+                  "| k | m | d | " + " | ".join(methods) + " |",
+                  "|---|---|---|" + "---|" * len(methods)]
+        byset = {}
+        for r in rs:
+            byset.setdefault((r["k"], r["m"], r["d"]), {})[r["method"]] = r
+        for (k, m, d), row in sorted(byset.items(), key=lambda kv: (kv[0][0] != 5, kv[0])):
+            lines.append(f"| {k} | {m} | {d} | " + " | ".join(
+                cell(row[meth]) if meth in row else "not run" for meth in methods) + " |")
+        lines.append("")
+    detailed = [r for r in records if "cluster_errors" in r]
+    if detailed:
+        lines += ["## Trials that lost a cluster", "",
+                  "A trial lost a cluster when some true centre's matched (Hungarian) estimate "
+                  "is farther than 0.5 from it (as `--summarize`); \"held by Byzantines\": of "
+                  "those, the trials where some model ends chosen by Byzantine clients alone; "
+                  "the last column is the mean dist of the trials that kept every cluster.", "",
+                  "| k | m | d | method | trials | init | lost a cluster | held by Byzantines | "
+                  "dist of the others |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in detailed:
+            bad, held = lost_clusters(r)
+            h = np.array(r["hungarian"])
+            rest = f"{h[~bad].mean():.3f}" if (~bad).any() else "-"
+            lines.append(f"| {r['k']} | {r['m']} | {r['d']} | {r['method']} | {r['trials']} | "
+                         f"{r['init']} | {bad.sum()} | {(bad & held).sum()} | {rest} |")
+        lines.append("")
+    lines += ["## Run time", "",
+              "Wall and CPU seconds of each cell (one compiled program, all its trials, "
+              "including compilation) and the load average (`uptime`) just before it started.",
+              "", "| k | m | d | method | trials | init | seconds | CPU seconds | load before |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        load = r["uptime_before"].split("load average:")[-1].strip()
+        lines.append(f"| {r['k']} | {r['m']} | {r['d']} | {r['method']} | {r['trials']} | "
+                     f"{r['init']} | {r['seconds']:.0f} | {r['cpu_seconds']:.0f} | {load} |")
+    lines += ["", "Commands that produced the records:", ""]
+    lines += [f"    {c}" for c in dict.fromkeys(r["command"] for r in records)]
+    lines.append("")
+    text = "\n".join(lines)
+    if notes_file:
+        text += "\n" + open(notes_file).read()
+    return text
+
+
+def uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "uptime unavailable"
+
+
+def draw_figure(table, near, path, title=None):
     """Panels (a) k = 5 and (b) k = 10: dist against d; (c) d = 500: dist against k; error
     bars one standard error; dashed: BR-IFCA started near the truth (panel (a))."""
     from fedclust_jax.plot import pyplot
@@ -198,6 +326,10 @@ def draw_figure(table, near, path):
               ("c", "k", [key for key in table if key[2] == 500])]
     for ax, (name, x, keys) in zip(axes, panels):
         keys = sorted(keys, key=lambda key: key[2] if x == "d" else key[0])
+        if not keys:
+            ax.set_title(f"({name}) not in the records")
+            ax.axis("off")
+            continue
         xs = [key[2] if x == "d" else key[0] for key in keys]
         for i, method in enumerate(METHODS):
             cells = [table[key].get(method) for key in keys]
@@ -219,28 +351,33 @@ def draw_figure(table, near, path):
         ax.set_xticks(xs)
         ax.set_ylim(bottom=0)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=8)
-    fig.suptitle("BR-IFCA Figure 1 reproduction: outlier attack, 5% Byzantine, n = 100, "
-                 "sigma^2 = 0.2, 300 rounds; mean ± standard error over 50 trials "
-                 "(results/brifca_figure1.md)", fontsize=10)
+    fig.suptitle(title or "BR-IFCA Figure 1 reproduction: outlier attack, 5% Byzantine, "
+                 "n = 100, sigma^2 = 0.2; mean ± standard error over trials", fontsize=10)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def main():
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=300)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--panels", nargs="*", default=["a", "b", "c"])
-    ap.add_argument("--methods", nargs="*", default=list(METHODS))
+    ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
     ap.add_argument("--trial-batch", type=int, default=0,
                     help="trials per vmapped chunk (0: vmap all trials at once)")
     ap.add_argument("--max-clients", type=int, default=10_000)
     ap.add_argument("--dims", nargs="*", type=int, default=None, help="subset of d (panels a, b)")
     ap.add_argument("--ks", nargs="*", type=int, default=None, help="subset of k (panel c)")
-    ap.add_argument("--append", action="store_true", help="append to --out")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None,
+                    help="run: JSONL file, one record appended per (setting, method); "
+                         "--combine: the markdown file to write")
+    ap.add_argument("--combine", nargs="+", metavar="JSONL",
+                    help="only write the tables (--out) from JSONL files of --out")
+    ap.add_argument("--notes-file", default=None,
+                    help="markdown appended to the --combine output (committed notes)")
     ap.add_argument("--per-trial", default=None,
                     help="JSON-lines file: every trial's errors (overall and per cluster), each "
                          "model's final honest and Byzantine client counts, and the smallest "
@@ -251,26 +388,46 @@ def main():
     ap.add_argument("--sort-method", choices=METHODS_SORT, default="auto",
                     help="BR-IFCA's coordinate-wise sorting backend (core.robust module docstring)")
     ap.add_argument("--summarize", default=None, metavar="FILE",
-                    help="only print the per-trial summary of a --per-trial file")
+                    help="only print the per-trial summary of a --per-trial or --out JSONL file")
     ap.add_argument("--figure", default=None, metavar="PNG",
-                    help="only draw the figure from --table and --near-truth (no run)")
-    ap.add_argument("--table", default=os.path.join(RESULTS, "brifca_figure1.md"),
-                    help="results file whose '## 50 trials' table --figure draws")
-    ap.add_argument("--near-truth", default=os.path.join(RESULTS, "brifca_figure1_per_trial.jsonl"),
-                    help="--per-trial file whose near-truth records --figure draws dashed")
-    args = ap.parse_args()
+                    help="only draw the figure from --cells and --near-truth (no run)")
+    ap.add_argument("--cells", nargs="+", default=[os.path.join(RESULTS, "brifca_figure1.jsonl")],
+                    help="JSONL files of --out whose random-init records --figure draws")
+    ap.add_argument("--near-truth", default=None,
+                    help="--per-trial or --out JSONL file whose near-truth records --figure "
+                         "draws dashed in panel (a) (default: none)")
+    args = ap.parse_args(argv)
+    for path in [args.notes_file, args.summarize, args.near_truth, *(args.combine or []),
+                 *(args.cells if args.figure else [])]:
+        if path and not os.path.isfile(path):
+            ap.error(f"{path}: no such file")
+    if args.combine:
+        if not args.out or not args.out.endswith(".md"):
+            ap.error("--combine writes markdown: give --out FILE.md")
+        text = combine(args.combine, argv, args.notes_file)
+        with open(args.out, "w") as fh:
+            fh.write(text)
+        print(text)
+        return
     if args.figure:
-        draw_figure(read_table(args.table), read_near_truth(args.near_truth), args.figure)
+        near = read_near_truth(args.near_truth) if args.near_truth else {}
+        draw_figure(cells_table(read_cells(args.cells)), near, args.figure,
+                    "BR-IFCA Figure 1 reproduction: outlier attack, 5% Byzantine, n = 100, "
+                    "sigma^2 = 0.2; mean ± standard error over trials, from "
+                    + ", ".join(os.path.basename(c) for c in args.cells))
         print(f"figure written to {args.figure}")
         return
     if args.summarize:
         summarize_per_trial(args.summarize)
         return
+    if args.out and not args.out.endswith(".jsonl"):
+        ap.error(f"--out {args.out}: a run appends JSONL records (--out FILE.jsonl); the "
+                 "markdown tables come from --combine FILE.jsonl --out FILE.md")
     if args.init == "near-truth" and any(m.startswith("Three-Stage") for m in args.methods):
         ap.error("--init near-truth applies to the iterative methods; Three-Stage starts its "
                  "local ERMs from zero: leave it out with --methods")
+    command = "python benchmarks/brifca_figure1.py " + shlex.join(argv)
     lines = []
-    prefix = open(args.out).read() if (args.append and args.out) else HEADER
     for panel in args.panels:
         sort = "" if args.sort_method == "auto" else f", sort {args.sort_method}"
         lines += [f"\n### Panel ({panel}): {args.trials} trials, {args.rounds} rounds, lr {args.lr}, init {args.init}{sort}\n",
@@ -282,33 +439,34 @@ def main():
                 continue
             cells = []
             for method in args.methods:
-                t0 = time.perf_counter()
+                t0, cpu0, load = time.perf_counter(), time.process_time(), uptime()
                 hung, near, sep, detail = run_setting(
                     method, k, m, d, args.trials, args.rounds, args.lr, args.trial_batch, args.init,
                     args.sort_method)
+                seconds = time.perf_counter() - t0
+                trial_fields = dict(hungarian=hung, nearest=near, min_separation=sep, **detail)
                 if args.per_trial:
                     with open(args.per_trial, "a") as fh:
                         fh.write(json.dumps(dict(k=k, m=m, d=d, method=method, init=args.init,
-                                                 hungarian=hung, nearest=near, min_separation=sep,
-                                                 **detail)) + "\n")
-                se = np.std(hung) / np.sqrt(len(hung))
+                                                 **trial_fields)) + "\n")
+                se = float(np.std(hung) / np.sqrt(len(hung)))
+                if args.out:
+                    with open(args.out, "a") as fh:
+                        fh.write(json.dumps(dict(
+                            panel=panel, k=k, m=m, d=d, method=method, trials=args.trials,
+                            rounds=args.rounds, lr=args.lr, init=args.init,
+                            sort_method=args.sort_method, trial_batch=args.trial_batch,
+                            mean=float(np.mean(hung)), se=se, nearest_mean=float(np.mean(near)),
+                            seconds=round(seconds, 1),
+                            cpu_seconds=round(time.process_time() - cpu0, 1),
+                            uptime_before=load, command=command, **trial_fields)) + "\n")
                 cells.append(f"{np.mean(hung):.3f} ± {se:.3f} ({np.mean(near):.3f})")
                 print(f"panel {panel} k={k} m={m} d={d} {method}: {cells[-1]} "
-                      f"[{time.perf_counter() - t0:.1f} s]", flush=True)
+                      f"[{seconds:.1f} s]; {load}", flush=True)
             lines.append(f"| {k} | {m} | {d} | " + " | ".join(cells) + " |")
-            if args.out:
-                with open(args.out, "w") as fh:
-                    fh.write(prefix + "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
-HEADER = """# BR-IFCA Figure 1 reproduction
-
-dist = (1/k) sum_j ||theta_hat_j - theta*_j||, mean ± standard error over trials, with
-one-to-one (Hungarian) matching; in parentheses the nearest-truth matching of the authors'
-code. Outlier attack, byz_frac = trim_frac = 0.05, n = 100, sigma^2 = 0.2. Produced by
-`python benchmarks/brifca_figure1.py` (arguments in each panel's heading).
-"""
 
 
 if __name__ == "__main__":

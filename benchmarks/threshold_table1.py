@@ -13,6 +13,8 @@ and loss over seeds beside the paper's numbers. Seeds are a vmap axis of one com
     python benchmarks/threshold_table1.py --data-dir ../shared/data/mnist \
         [--seeds 3] [--rounds 300] [--out benchmarks/results/threshold_table1.md]
     python benchmarks/threshold_table1.py --combine RESULT.md [RESULT.md ...] [--out FILE]
+    python benchmarks/threshold_table1.py --seeds 1 --rounds 200 --hidden 0 --jsonl R.jsonl
+    python benchmarks/threshold_table1.py --combine R.jsonl [--notes-file NOTES.md] --out FILE.md
 
 The paper does not give the model, optimiser, learning rate, batch size, rounds, TC
 iterations or seeds. Defaults here (the full setting, meant for an accelerator): the IFCA
@@ -27,6 +29,10 @@ method takes the same number of steps with the same lr and batch size (the paper
 the learning rate separately for each algorithm ... but preserve all other algorithmic
 setups"; no tuning here). ``--time-round`` only measures one compiled round per method;
 ``--combine`` gives mean +- std over the seeds of several result files of one setting.
+``--jsonl FILE`` appends one record per (task, method) as it finishes (command, wall and CPU
+seconds, ``uptime`` before, per-seed accuracy, loss and IFCA misclustering); ``--combine``
+of JSONL files writes the whole result file from them (table, misclustering, run times, then
+``--notes-file``), so notes can be written after a run without rerunning it.
 
 FC costs O(N x N / 16) minibatch gradients a round. Its TC runs in Gram space by default
 (``--tc-method gram``: one [S, P] x [P, S] product per client, then the l iterations on
@@ -37,18 +43,20 @@ process on the quiet CPU (``threshold_tc_methods.py``), gram 4.0-4.5 s against p
 4.9-5.6 s. With "points" one client at a time
 (``--fc-chunk 1``, the default) is fastest (shared cores: 20 s at chunk 1, 37 s at chunk 5,
 58 s at chunk 20); with "gram" chunks 1, 4 and 20 timed alike. The full setting is about
-2.3 hours of FC on that CPU. benchmarks/results/threshold_table1.md was produced with a
-documented reduced setting (``--hidden 0 --rounds 200 --seeds 1``: softmax regression);
-see its notes.
+2.3 hours of FC on that CPU. benchmarks/results/threshold_table1.md is the reduced setting
+``--hidden 0 --rounds 200 --seeds 1`` (softmax regression), run with ``--jsonl`` and written
+by ``--combine`` with benchmarks/notes/threshold_table1.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
 import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -187,6 +195,46 @@ def combine(paths):
         for task in TASK_NAME for method in METHODS if (task, method) in per]
 
 
+def combine_jsonl(paths, argv, notes_file=None):
+    """The whole result file (table, IFCA misclustering, run times, then ``notes_file``) from
+    JSONL records written by ``--jsonl``. The records must share one setting; a later record
+    for the same (task, method) replaces an earlier one."""
+    recs = {}
+    for path in paths:
+        with open(path) as fh:
+            for line in fh:
+                if line.strip():
+                    r = json.loads(line)
+                    recs[r["task"], r["method"]] = r
+    if not recs:
+        sys.exit(f"no records in {', '.join(paths)}")
+    first = next(iter(recs.values()))
+    for r in recs.values():
+        if r["setting"] != first["setting"] or r["seeds"] != first["seeds"]:
+            sys.exit("records of different settings or seeds, not combined:\n"
+                     f"{first['setting']} seeds {first['seeds']}\n{r['setting']} seeds {r['seeds']}")
+    order = {m: i for i, m in enumerate(METHODS)}
+    rows = sorted(recs.values(), key=lambda r: (list(TASK_NAME).index(r["task"]),
+                                                order[r["method"]]))
+    results, times, cpu, loads, miscls = {}, {}, {}, {}, {}
+    for r in rows:
+        results.setdefault(r["task"], {})[r["method"]] = (r["acc"], r["loss"], r["rounds"])
+        key = f"{r['method']} ({r['task']})"
+        times[key], cpu[key] = r["seconds"], r["cpu_seconds"]
+        loads[key] = r["uptime_before"].split("load average:")[-1].strip()
+        if r["misclustering"] is not None:
+            miscls[r["task"]] = r["misclustering"]
+    args = argparse.Namespace(note=[], **first["setting"])
+    commands = list(dict.fromkeys(r["command"] for r in rows))
+    text = table(results, times, sum(times.values()), args, first["seeds"], miscls,
+                 first_line=generated_by([__file__, *argv]).rstrip("\n"),
+                 run_commands=commands, cpu=cpu, loads=loads,
+                 machine="; ".join(dict.fromkeys(r["machine"] for r in rows)))
+    if notes_file:
+        text += "\n" + open(notes_file).read()
+    return text
+
+
 def combined_file(setting, lines, paths, argv):
     """Markdown of ``combine``'s lines, with the setting, files and command (``argv``)."""
     return "\n".join([
@@ -198,9 +246,31 @@ def combined_file(setting, lines, paths, argv):
         *[f"- {line}" for line in lines], ""])
 
 
+def default_data_dir():
+    """The first ``shared/data/mnist`` in the repository root's parent or a folder above it
+    (../shared/data/mnist from a checkout beside ``shared``; works from nested worktrees)."""
+    for up in Path(__file__).resolve().parents[1].parents:
+        if (up / "shared" / "data" / "mnist").is_dir():
+            return str(up / "shared" / "data" / "mnist")
+    return "../shared/data/mnist"
+
+
+def uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "uptime unavailable"
+
+
+SETTING_KEYS = ("hidden", "lr", "batch_size", "rounds", "fc_rounds", "tc_iters", "fc_groups",
+                "tc_method")
+
+
 def make_parser():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_MNIST", "../shared/data/mnist"))
+    p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_MNIST") or default_data_dir(),
+                   help="MNIST IDX files (default: $FEDCLUST_MNIST, else the first "
+                        "shared/data/mnist in the repository root's parent or above)")
     p.add_argument("--tasks", nargs="+", default=["rotation", "label"], choices=["rotation", "label"])
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     p.add_argument("--seeds", type=int, default=3, help="number of seeds")
@@ -221,6 +291,9 @@ def make_parser():
                    help="clients per chunk in FC (0: all at once, for an accelerator)")
     p.add_argument("--time-round", action="store_true", help="only time one round per method")
     p.add_argument("--out", default=None)
+    p.add_argument("--jsonl", default=None,
+                   help="append one JSON line per (task, method) to this file (command, seconds, "
+                        "per-seed accuracy, loss and IFCA misclustering); --combine reads it")
     p.add_argument("--note", action="append", default=[], help="a line for the notes")
     p.add_argument("--notes-file", default=None,
                    help="markdown file appended to the --combine output (committed notes)")
@@ -233,7 +306,20 @@ def make_parser():
 def main(argv=None):
     p = make_parser()
     args = p.parse_args(argv)
+    if args.notes_file and not os.path.isfile(args.notes_file):
+        p.error(f"--notes-file {args.notes_file}: no such file")
+    if args.combine and all(f.endswith(".jsonl") for f in args.combine):
+        text = combine_jsonl(args.combine, sys.argv[1:] if argv is None else argv,
+                             args.notes_file)
+        print(text)
+        if args.out:
+            with open(args.out, "w") as fh:
+                fh.write(text)
+        return
     if args.combine:
+        if any(f.endswith(".jsonl") for f in args.combine):
+            sys.exit("--combine takes either JSONL files (from --jsonl) or result .md files, "
+                     "not both")
         setting, lines = combine(args.combine)
         print("\n".join(lines))
         if args.out:
@@ -253,7 +339,8 @@ def main(argv=None):
     for task in args.tasks:
         data = stack([personalized_mnist(jax.random.key(s), task=task, data_dir=args.data_dir)
                       for s in seeds])
-        print(f"{task}: x {data.x.shape}, test {data.x_test.shape}", flush=True)
+        print(f"{task}: {data.count.shape[1]} clients, {int(data.count.max())} train / "
+              f"{int(data.count_test.max())} test images each, seeds {seeds}", flush=True)
         for method in args.methods:
             alg = build(method, args, task)
             if args.time_round:
@@ -262,7 +349,7 @@ def main(argv=None):
                       flush=True)
                 continue
             rounds = args.fc_rounds if (method == "FC" and args.fc_rounds) else args.rounds
-            t0 = time.perf_counter()
+            t0, cpu0, load = time.perf_counter(), time.process_time(), uptime()
             acc, loss, assign = jax.block_until_ready(run(alg, keys, data, rounds))
             dt = time.perf_counter() - t0
             acc = [100 * float(np.nanmean(a)) for a in np.asarray(acc)]
@@ -277,21 +364,58 @@ def main(argv=None):
                 extra = f", misclustering {fmt(miscl, digits=3)}"
             print(f"  {method} [{rounds} rounds]: acc {fmt(acc)}, loss {fmt(loss, digits=3)}"
                   f"{extra} [{dt:.0f} s]", flush=True)
+            if args.jsonl:
+                record = dict(
+                    task=task, method=method, seeds=seeds, rounds=rounds, acc=acc, loss=loss,
+                    misclustering=miscls[task] if method == "IFCA" else None,
+                    seconds=round(dt, 1), cpu_seconds=round(time.process_time() - cpu0, 1),
+                    uptime_before=load, setting={k: getattr(args, k) for k in SETTING_KEYS},
+                    machine=f"{platform.processor() or platform.machine()}, JAX "
+                            f"{jax.__version__} on {jax.devices()[0].platform}",
+                    command="python benchmarks/threshold_table1.py " + shlex.join(
+                        sys.argv[1:] if argv is None else argv))
+                with open(args.jsonl, "a") as fh:
+                    fh.write(json.dumps(record) + "\n")
     if args.time_round:
         return
     wall = time.perf_counter() - t_all
     text = table(results, times, wall, args, seeds, miscls)
+    if args.notes_file:
+        text += "\n" + open(args.notes_file).read()
     print(text)
     if args.out:
         with open(args.out, "w") as fh:
             fh.write(text)
 
 
-def table(results, times, wall, args, seeds, miscls):
+def without_notes(argv):
+    """``argv`` without its ``--note TEXT`` / ``--note=TEXT`` pairs (``--notes-file`` kept)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--note":
+            skip = True
+        elif not a.startswith("--note="):
+            out.append(a)
+    return out
+
+
+def table(results, times, wall, args, seeds, miscls, *, first_line=None, run_commands=None,
+          cpu=None, loads=None, machine=None):
+    """Markdown of one setting's results. ``results[task][method] = (acc, loss, rounds)``
+    (per seed), ``times["method (task)"]`` seconds, ``miscls[task]`` IFCA's misclustering per
+    seed. Defaults describe the running invocation (``sys.argv``); ``--combine`` of JSONL
+    passes its own ``first_line``, the ``run_commands`` that made the records, their
+    ``cpu`` seconds and ``loads`` (uptime before each) and the records' ``machine``."""
     fc_rounds = args.fc_rounds or args.rounds
-    command = [a for a in sys.argv[1:] if not a.startswith("--note") and a not in args.note]
+    command = without_notes(sys.argv[1:])
+    if run_commands is None:
+        run_commands = ["python benchmarks/threshold_table1.py " + shlex.join(command)]
+    if first_line is None:
+        first_line = generated_by([__file__, *command]).rstrip("\n")
     lines = [
-        generated_by([__file__, *command]).rstrip("\n"), "",
+        first_line, "",
         "# Threshold-clustering paper, Table 1 (MNIST, K = 4 x 75 clients)", "",
         "Test accuracy (%) and test loss (mean cross-entropy) of each client's model on its own "
         "test images, averaged over the 300 clients; mean ± std over seeds "
@@ -299,8 +423,8 @@ def table(results, times, wall, args, seeds, miscls):
         f"Setting: {'MLP 784-%d-10' % args.hidden if args.hidden else 'softmax regression 784-10'}, SGD lr {args.lr}, minibatch {args.batch_size} (fresh per "
         f"gradient), one step per round; {args.rounds} rounds (FC: {fc_rounds}); FC: "
         f"{args.fc_groups} random subgroups per round, l = {args.tc_iters} TC iterations, "
-        "radius = 20th percentile. Command: `python benchmarks/threshold_table1.py "
-        + shlex.join(command) + "`.", "",
+        "radius = 20th percentile. " + ("Command" if len(run_commands) == 1 else "Commands")
+        + ": " + ", ".join(f"`{c}`" for c in run_commands) + ".", "",
         "| method | Rot acc (ours) | Rot acc (paper) | Rot loss (ours) | Rot loss (paper) "
         "| Priv acc (ours) | Priv acc (paper) | Priv loss (ours) | Priv loss (paper) |",
         "|---|---|---|---|---|---|---|---|---|"]
@@ -325,12 +449,22 @@ def table(results, times, wall, args, seeds, miscls):
                 if m == "IFCA" and task in miscls:
                     per += " (misclustering " + ", ".join(f"{v:.3f}" for v in miscls[task]) + ")"
                 lines.append(f"- {TASK_NAME[task]}, {m}: {per}")
-    lines += ["", "## Run time (all seeds, includes compilation)", "", "| run | seconds |",
-              "|---|---|"]
-    lines += [f"| {k} | {v:.0f} |" for k, v in times.items()]
-    lines += [f"| total (wall) | {wall:.0f} |", "",
-              f"Machine: {platform.processor() or platform.machine()}, JAX {jax.__version__} on "
-              f"{jax.devices()[0].platform}.", ""]
+    if loads is None:
+        lines += ["", "## Run time (all seeds, includes compilation)", "", "| run | seconds |",
+                  "|---|---|"]
+        lines += [f"| {k} | {v:.0f} |" for k, v in times.items()]
+        lines += [f"| total (wall) | {wall:.0f} |"]
+    else:
+        lines += ["", "## Run time (all seeds, includes compilation)", "",
+                  "Wall and CPU seconds of each (method, task), and the load average (`uptime`) "
+                  "just before it started.", "",
+                  "| run | seconds | CPU seconds | load average before |", "|---|---|---|---|"]
+        lines += [f"| {k} | {v:.0f} | {cpu[k]:.0f} | {loads[k]} |" for k, v in times.items()]
+        lines += [f"| sum | {wall:.0f} | {sum(cpu.values()):.0f} | |"]
+    if machine is None:
+        machine = (f"{platform.processor() or platform.machine()}, JAX {jax.__version__} on "
+                   f"{jax.devices()[0].platform}")
+    lines += ["", f"Machine: {machine}.", ""]
     if args.note:
         lines += ["## Notes", ""] + [f"- {n}" for n in args.note] + [""]
     return "\n".join(lines)
