@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -168,29 +167,6 @@ def summarize_per_trial(path, lost=0.5):
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MARKERS = {"IFCA-FedAvg": "s", "BR-IFCA median": "o", "BR-IFCA trimmed mean": "^",
            "Three-Stage": "D", THREE_STAGE_R: "v"}
-
-
-def read_table(path, section="## 50 trials"):
-    """{(k, m, d): {method: (mean, standard error)}} from the first table after the heading
-    ``section`` of a results file (cells "mean ± se (nearest)"; header names as METHODS,
-    "Three-Stage (k-means++)" and "Three-Stage, 10 uniform" read as the two Three-Stage
-    variants)."""
-    names = {"Three-Stage (k-means++)": "Three-Stage", "Three-Stage, 10 uniform": THREE_STAGE_R}
-    lines = open(path).read().split(section, 1)[1].splitlines()
-    start = next(i for i, l in enumerate(lines) if l.startswith("| k | m | d |"))
-    header = [names.get(c.strip(), c.strip()) for c in lines[start].strip("|").split("|")][3:]
-    table = {}
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        k, m, d = map(int, cells[:3])
-        table[(k, m, d)] = {}
-        for method, cell in zip(header, cells[3:]):
-            found = re.match(r"([\d.]+) ± ([\d.]+)", cell)
-            if found:
-                table[(k, m, d)][method] = (float(found[1]), float(found[2]))
-    return table
 
 
 def read_near_truth(path):

@@ -209,8 +209,9 @@ def test_missing_matplotlib_gives_the_pip_command(tmp_path, capsys, monkeypatch)
 
 
 def test_paper_figures_read_their_committed_results(tmp_path):
-    """brifca_figure1.py --figure and threshold_figure4.py --from-md read the committed
-    tables (values checked against the .md) and draw a PNG."""
+    """brifca_figure1.py --figure (from its committed JSONL records) and
+    threshold_figure4.py --from-md read the committed results (values checked against
+    the tables) and draw a PNG."""
     import os
     import sys
     bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
@@ -220,10 +221,10 @@ def test_paper_figures_read_their_committed_results(tmp_path):
         import threshold_figure4 as th
     finally:
         sys.path.remove(bench)
-    table = br.read_table(os.path.join(bench, "results", "brifca_figure1.md"))
-    assert len(table) == 12 and all(len(cells) == 5 for cells in table.values())
-    assert table[(5, 200, 20)]["IFCA-FedAvg"] == (0.628, 0.015)
-    assert table[(15, 600, 500)][br.THREE_STAGE_R] == (0.583, 0.009)
+    table = br.cells_table(br.read_cells([os.path.join(bench, "results", "brifca_figure1.jsonl")]))
+    assert len(table) == 6 and all(len(cells) == 5 for cells in table.values())
+    assert [round(v, 3) for v in table[(5, 200, 20)]["IFCA-FedAvg"]] == [0.628, 0.015]
+    assert [round(v, 3) for v in table[(2, 80, 500)][br.THREE_STAGE_R]] == [0.192, 0.005]
     near = br.read_near_truth(os.path.join(bench, "results", "brifca_figure1_per_trial.jsonl"))
     assert len(near) == 10 and round(near[(5, 200, 20, "BR-IFCA median")][0], 3) == 0.040
     br.draw_figure(table, near, str(tmp_path / "br.png"))
