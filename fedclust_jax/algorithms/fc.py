@@ -60,8 +60,8 @@ def random_groups(key, num_clients: int, num_groups: int):
 class FCConfig(ByzantineSetting):
     """local: lr = eta, batch_size (None = full batch; else a fresh minibatch per gradient);
     tc_iters: l, threshold-clustering iterations; radius / radius_quantile: TC radius
-    (exactly one); num_groups: random
-    subgroups per round (1 = all clients); same_init: every client starts from one model;
+    (exactly one); num_groups: random subgroups per round (1 = all clients); same_init:
+    every client starts from one model;
     byz_frac and attack fields: see ``fedclust_jax.attacks`` (placement is unused);
     chunk: clients per vectorized chunk (memory: chunk x S gradients); tc_method: TC's
     "gram" (default; faster for FC's small groups, benchmarks/results notes) or "points";

@@ -34,8 +34,7 @@ from fedclust_jax.core.train import LocalTraining
 class MCConfig(ByzantineSetting):
     """num_clusters: K; alpha: weight of the new gradient in the momentum; local: lr = eta;
     tc_iters: l, threshold-clustering iterations; radius / radius_quantile: TC radius;
-    same_init; byz_frac and attack fields
-    (placement unused); chunk; tc_method: TC's "points" (default; its TC runs over all N
+    same_init; byz_frac and attack fields (placement unused); chunk; tc_method: TC's "points" (default; its TC runs over all N
     clients, where the Gram matrix costs N^2 P) or "gram" (``threshold_clustering``);
     static: byz_frac (which clients are Byzantine, a count)."""
 
