@@ -135,7 +135,8 @@ class CFL:
 
         member = membership(state.assign, k) > 0                                 # [K, N]
         size = member.sum(1)
-        mean_update = (member.astype(delta.dtype) @ delta) / jnp.maximum(size, 1)[:, None]
+        mean_update = (jnp.dot(member.astype(delta.dtype), delta, precision=lax.Precision.HIGHEST)
+                       / jnp.maximum(size, 1)[:, None])
         mean_norm = jnp.sqrt((mean_update ** 2).sum(1))
         norms = jnp.sqrt((delta ** 2).sum(1))
         max_norm = jnp.max(jnp.where(member, norms[None, :], 0.0), axis=1)

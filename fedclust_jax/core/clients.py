@@ -64,9 +64,11 @@ def map_clients(f: Callable, *args, chunk=None):
 
 
 def _sum_rows(rows, values):
-    """sum_c rows[c, g] * values[c, ...] -> [G, ...] float32 (a ``w @ V`` contraction)."""
+    """sum_c rows[c, g] * values[c, ...] -> [G, ...] float32 (a ``w @ V`` contraction, at
+    full float32 precision: see ``aggregate``)."""
     return jax.tree.map(
-        lambda v: jnp.tensordot(rows.T, v.astype(jnp.float32), axes=1), values)
+        lambda v: jnp.tensordot(rows.T, v.astype(jnp.float32), axes=1,
+                                precision=lax.Precision.HIGHEST), values)
 
 
 def stream_clients(f: Callable, data, ids, *args, num_groups: int, chunk=None):

@@ -59,7 +59,8 @@ def kmeans(key, points: jax.Array, k: int, *, iters: int = 50, weights=None, ini
         labels = jnp.argmin(sq_distances(points, centres), axis=1)
         onehot = jax.nn.one_hot(labels, k, dtype=points.dtype) * w[:, None]
         total = onehot.sum(0)
-        new = (onehot.T @ points) / jnp.maximum(total, 1e-30)[:, None]
+        new = (jnp.dot(onehot.T, points, precision=lax.Precision.HIGHEST)
+               / jnp.maximum(total, 1e-30)[:, None])
         return jnp.where((total > 0)[:, None], new, centres), None
 
     centres, _ = lax.scan(step, centres, None, length=iters)

@@ -13,11 +13,13 @@ import jax.numpy as jnp
 from jax import lax
 
 
-def sq_distances(a: jax.Array, b: jax.Array | None = None, *, precision=None) -> jax.Array:
+def sq_distances(a: jax.Array, b: jax.Array | None = None, *,
+                 precision=lax.Precision.HIGHEST) -> jax.Array:
     """[N, M] squared Euclidean distances between rows of a [N, P] and b [M, P] (b = a if
     None), through Gram terms after subtracting a's mean (float32 loses the small
     differences of vectors that share a large offset otherwise); clipped at 0.
-    ``precision``: of the matmul (``lax.Precision.HIGHEST`` for exact float32 on TPU/GPU)."""
+    ``precision``: of the matmul; HIGHEST (default) keeps float32 on GPU/TPU, whose default
+    rounds to TF32/bfloat16 (pass None for the backend default)."""
     shift = a.mean(axis=0)
     x = a - shift
     y = x if b is None else b - shift
@@ -46,7 +48,7 @@ def cosine_similarity(a: jax.Array, eps: float = 1e-12) -> jax.Array:
     update directions, whose common offset matters). Zero rows have similarity 0."""
     norm = jnp.sqrt((a * a).sum(1))
     u = a / jnp.maximum(norm, eps)[:, None]
-    return u @ u.T
+    return jnp.dot(u, u.T, precision=lax.Precision.HIGHEST)
 
 
 def client_cross_loss(loss: jax.Array) -> jax.Array:
@@ -61,7 +63,7 @@ def client_cross_loss(loss: jax.Array) -> jax.Array:
 def _member_mean(member: jax.Array, values: jax.Array) -> jax.Array:
     """[K, N] 0/1 membership x [N, M] -> per-cluster mean over members [K, M] (0 if empty)."""
     m = member.astype(values.dtype)
-    return (m @ values) / jnp.maximum(m.sum(1), 1.0)[:, None]
+    return jnp.dot(m, values, precision=lax.Precision.HIGHEST) / jnp.maximum(m.sum(1), 1.0)[:, None]
 
 
 def client_cluster_cross_loss(client_loss: jax.Array, cluster_loss: jax.Array,
