@@ -11,8 +11,8 @@ Parts, in this order, each with its own time budget (seconds, capped by what is 
   tests         pytest -x on the IFCA, SR-FCA and robust-aggregation equality tests, on the
                 device's backend (subprocess; output in tests.txt)
   ifca_round    one IFCA option-II round at N = 2400 (MLP 784-200-10, n = 100, tau = 10, K = 4)
-                in float32 and bfloat16 (skipped, with the reason, while no model or IFCA
-                option takes a dtype)
+                in float32 and bfloat16 (``models.base.with_dtype``: params and data in
+                bf16, sums, losses and optimizer state float32)
   ifca_separation  ``benchmarks/ifca_separation.py`` at the authors' m = 2400, n = 100: how
                 often IFCA separates the four rotations within 3 rounds, 20 seeds, Flax's and
                 PyTorch's initialisation (a CPU run of this size takes hours)
@@ -26,6 +26,12 @@ Parts, in this order, each with its own time budget (seconds, capped by what is 
   srfca_table4  ``benchmarks/srfca_table4.py --full`` (FEMNIST, Shakespeare; skipped without
                 femnist-leaf/ and shakespeare-leaf/); both get ``--budget`` so a run cut by
                 the suite's time still writes the rows it finished (status partial)
+
+Sessions on a device are short, so the work spans runs: ``benchmarks/device_results.py
+--import`` keeps a run's archive under ``benchmarks/results/device/runs/``, and ``--done``
+(default: that folder, on a full-size run) skips the parts an imported run finished ("ok";
+``tests`` always run) and the IFCA Table 1 rows and Table 2 / Table 4 methods it ran at full
+schedule. The same command thus continues where the last session stopped.
 
 Every part writes ``<out>/<part>.json`` (and ``.md`` or ``.txt`` where it has a table or a
 log); ``<out>/summary.json`` and ``summary.md`` list every part's status (ok, partial,
@@ -61,13 +67,14 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import chunked_rounds  # noqa: E402
+import device_results  # noqa: E402
 
 PARTS = ("tests", "ifca_round", "ifca_separation", "scale", "robust", "cross_loss", "ifca_table1", "ifca_table2",
          "srfca_table4")
-BUDGETS = {"tests": 100, "ifca_round": 45, "ifca_separation": 90, "scale": 60, "robust": 45, "cross_loss": 20,
+BUDGETS = {"tests": 100, "ifca_round": 45, "ifca_separation": 90, "scale": 180, "robust": 45, "cross_loss": 20,
            "ifca_table1": 10_000, "ifca_table2": 10_000, "srfca_table4": 10_000}
-TESTS = ["tests/algorithms/test_ifca.py", "tests/algorithms/test_srfca.py", "tests/core/test_robust.py",
-         "tests/core/test_streaming.py"]
+TESTS = ["tests/core/test_precision.py", "tests/algorithms/test_ifca.py", "tests/algorithms/test_srfca.py",
+         "tests/core/test_robust.py", "tests/core/test_streaming.py"]
 DRY_TESTS = ["tests/core/test_robust.py::test_validation"]
 DATA_PARTS = ("mnist", "femnist-leaf", "shakespeare-leaf/train", "shakespeare-leaf/test")
 CARRY_LIMIT = 64 * 2 ** 20
@@ -86,6 +93,8 @@ class Suite:
         self.out.mkdir(parents=True, exist_ok=True)
         self.deadline = time.monotonic() + args.budget
         self.records: list[dict] = []
+        self.done = (device_results.done(args.done) if args.done else
+                     dict(parts={}, table1=set(), ifca_table2=set(), srfca_table4=set()))
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -101,6 +110,9 @@ class Suite:
         t0 = time.monotonic()
         if part not in self.args.parts:
             rec = dict(status="skipped", reason="not in --parts")
+        elif part in self.done["parts"]:
+            rec = dict(status="skipped", reason=f"done in {self.args.done}/runs/"
+                       f"{self.done['parts'][part]} (--done none reruns it)")
         elif budget < 5:
             rec = dict(status="skipped", reason=f"no time left ({budget:.0f} s of --budget)")
         else:
@@ -193,36 +205,18 @@ def part_tests(suite: Suite, budget: float) -> dict:
     return rec
 
 
-def mlp_dtype_support():
-    """The way to run the MLP / IFCA in bfloat16 at this commit, or None (with the reason)."""
-    import inspect
-    from fedclust_jax.algorithms.ifca import IFCAConfig
-    from fedclust_jax.core.train import LocalTraining
-    from fedclust_jax.models.mlp import mlp
-    import dataclasses
-    if "dtype" in inspect.signature(mlp).parameters:
-        return "model", ""
-    if "dtype" in [f.name for f in dataclasses.fields(IFCAConfig)]:
-        return "ifca", ""
-    if "dtype" in [f.name for f in dataclasses.fields(LocalTraining)]:
-        return "local", ""
-    return None, "no dtype parameter in models.mlp.mlp, IFCAConfig or LocalTraining at this commit"
-
-
 def ifca_round_seconds(n_clients: int, n: int, dtype: str, repeats: int, chunk=None) -> float:
     """Median seconds of one IFCA option-II round (after a compile round) on random data."""
     from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
     from fedclust_jax.core.train import LocalTraining
     from fedclust_jax.data.federated import FederatedData
     from fedclust_jax.models.mlp import mlp
-    where, _ = mlp_dtype_support()
-    kw = {"dtype": dtype} if dtype != "float32" else {}
-    model = mlp((784, 200, 10), **(kw if where == "model" else {}))
-    local = LocalTraining(steps=10, lr=0.1, **(kw if where == "local" else {}))
-    alg = IFCA(model, IFCAConfig(num_clusters=4, option="model", local=local, chunk=chunk,
-                                 **(kw if where == "ifca" else {})))
+    from fedclust_jax.models.base import with_dtype
+    model = with_dtype(mlp((784, 200, 10)), dtype)  # params and data stored in dtype; sums,
+    local = LocalTraining(steps=10, lr=0.1)         # losses and optimizer state float32
+    alg = IFCA(model, IFCAConfig(num_clusters=4, option="model", local=local, chunk=chunk))
     kx, ky = jax.random.split(jax.random.key(0))
-    x = jax.random.uniform(kx, (n_clients, n, 784), jnp.bfloat16 if dtype == "bfloat16" else jnp.float32)
+    x = jax.random.uniform(kx, (n_clients, n, 784), jnp.dtype(dtype))
     y = jax.random.randint(ky, (n_clients, n), 0, 10)
     count = jnp.full((n_clients,), n, jnp.int32)
     data = FederatedData(x=x, y=y, count=count, x_test=x[:, :1], y_test=y[:, :1],
@@ -243,12 +237,7 @@ def part_ifca_round(suite: Suite, budget: float) -> dict:
     n_clients, n, repeats = (16, 20, 1) if suite.args.dry_run else (2400, 100, 5)
     flops = n_clients * n * 2 * (784 * 200 + 200 * 10) * (4 + 3 * 10)
     rows, reasons = [], []
-    where, why = mlp_dtype_support()
     for dtype in ("float32", "bfloat16"):
-        if dtype == "bfloat16" and where is None:
-            rows.append(dict(dtype=dtype, status="skipped", reason=why))
-            reasons.append(f"bfloat16 skipped: {why}")
-            continue
         try:
             s = ifca_round_seconds(n_clients, n, dtype, repeats)
         except Exception as e:  # keep the float32 row when the bfloat16 path breaks
@@ -355,6 +344,9 @@ def part_ifca_table1(suite: Suite, budget: float) -> dict:
             break
         data = ifca_rotated_mnist(jax.random.key(0), num_clients=m, n=n, data_dir=a.data_dir)
         for name, alg in table1_methods(model, m, a.dry_run).items():
+            if (m, n, name) in suite.done["table1"]:
+                md.append(f"| {m} | {n} | {name} | done in an earlier run (--done) | | | | |")
+                continue
             if time.monotonic() > deadline - 5:
                 status = "partial"
                 break
@@ -414,7 +406,13 @@ def part_script(name: str, script: str):
         if missing:
             return dict(status="skipped", reason=f"{', '.join(missing)} not under --data-dir "
                         f"{suite.args.data_dir} (--prepare-data copies it)")
-        mode = ["--dry-run", "--methods", *DRY_METHODS[name]] if suite.args.dry_run else ["--full"]
+        if suite.args.dry_run:
+            mode = ["--dry-run", "--methods", *DRY_METHODS[name]]
+        else:
+            left = methods_left(name, suite.done[name])
+            if not left:
+                return dict(status="skipped", reason="every row done in an earlier run (--done)")
+            mode = ["--full", "--methods", *left]
         inner = max(1.0, budget - max(15.0, 0.1 * budget))
         rec = subprocess_part(suite, name, [sys.executable, str(path), *mode, "--data-dir",
                                             suite.args.data_dir, "--out",
@@ -427,6 +425,16 @@ def part_script(name: str, script: str):
                        "finished (rounds run per row)")
         return rec
     return part
+
+
+def methods_left(name: str, done: set) -> list[str]:
+    """The script's methods with a row (ifca_table2) or a dataset's row (srfca_table4) not
+    finished at full schedule in an earlier run."""
+    import importlib
+    mod = importlib.import_module(name)
+    datasets = getattr(mod, "DATASETS", None)
+    return [m for m in mod.METHODS if (m not in done if datasets is None else
+                                       not all(f"{d} / {m}" in done for d in datasets))]
 
 
 # ------------------------------------------------------------------------------ data
@@ -465,6 +473,10 @@ def main(argv=None):
     ap.add_argument("--prepare-data", action="store_true",
                     help="copy the data from --source into --data-dir and stop")
     ap.add_argument("--source", default="../shared/data")
+    ap.add_argument("--done", default=None,
+                    help="folder of imported runs (device_results.py); parts and table rows "
+                         "finished there are skipped. Default: benchmarks/results/device on a "
+                         "full-size run, nothing on --dry-run; 'none': run everything")
     args = ap.parse_args(argv)
     if args.prepare_data:
         total = prepare_data(Path(args.source), Path(args.data_dir))
@@ -472,6 +484,12 @@ def main(argv=None):
         return
     if args.dry_run:
         args.budget = min(args.budget, 240.0)   # + start-up and the last part's write: < 5 min
+    if args.done is None:
+        args.done = None if args.dry_run else str(device_results.DEVICE_DIR)
+    elif args.done == "none":
+        args.done = None
+    elif not Path(args.done).is_dir():
+        ap.error(f"--done {args.done}: no such folder (pass the folder of imported runs, or none)")
     command = "Generated by `python benchmarks/device_suite.py " + shlex.join(
         sys.argv[1:] if argv is None else argv) + "`."
     suite = Suite(args, command)

@@ -142,7 +142,7 @@ def combine(paths, notes, out, command):
             if row[0] == "init":
                 continue
             rates = " ; ".join(c.split(" (")[0] for c in row[1].split(" | "))
-            lines.append(f"| `{os.path.basename(path)}` | {m} | {n} | {seeds} | {row[0]} | "
+            lines.append(f"| `{os.path.relpath(path, os.path.dirname(out) or '.')}` | {m} | {n} | {seeds} | {row[0]} | "
                          f"{rates} | {row[2]} |")
     text = "\n".join(lines) + "\n"
     if notes:

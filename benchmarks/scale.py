@@ -28,7 +28,8 @@ construction of ``data.synthetic.mixed_linear_regression`` (theta*_j: Bernoulli(
 scaled to norm ``separation``; x ~ N(0, I); y = <x, theta*_j> + N(0, 0.1^2)), because the
 JAX generator draws all N x n x d normals at once (peak about twice the data).
 
-Output: a table on stdout; ``--json PATH`` writes a list of records {"model", "dataset",
+Output: a table on stdout; ``--markdown`` and ``--json`` are rewritten after every
+configuration (a stopped run keeps what it finished); ``--json PATH`` writes a list of records {"model", "dataset",
 "clients", "samples_per_client", "dtype", "chunk", "seconds_per_round",
 "peak_memory_mb", "backend", ...} (plus "first_round_s", "build_s", "rounds_timed",
 "note"; seconds_per_round and peak_memory_mb are null for a skipped or failed run).
@@ -277,15 +278,24 @@ def main(argv=None):
         r = run_in_subprocess(cfg, args.timeout)
         records.append({k: r.get(k) for k in RECORD_KEYS + ("first_round_s", "build_s",
                                                            "rounds_timed", "note")})
+        write_outputs(args, argv, load_before, records, done=len(records) == len(configs))
+    print(report(records))
+
+
+def report(records) -> str:
     summary = targets(records)
-    print(table(records) + ("\n\n" + summary if summary else ""))
+    return table(records) + ("\n\n" + summary if summary else "")
+
+
+def write_outputs(args, argv, load_before, records, *, done: bool) -> None:
+    """Writes --markdown and --json after every configuration, so a run stopped early (a
+    device job's time limit) keeps the configurations it finished."""
     if args.markdown:
-        write_markdown(args.markdown, __file__, argv, load_before,
-                       table(records) + ("\n\n" + summary if summary else ""))
+        cut = "" if done else "\n\nRun in progress or stopped: later configurations are missing."
+        write_markdown(args.markdown, __file__, argv, load_before, report(records) + cut)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)
-
 
 if __name__ == "__main__":
     main()
