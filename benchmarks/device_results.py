@@ -73,10 +73,22 @@ def script_rows(device_dir: Path, part: str) -> dict:
     return best
 
 
+def figure3_records(device_dir: Path) -> list[dict]:
+    """Every IFCA Figure 3 point (``ifca_figure3.py`` JSONL records) of the runs."""
+    out = []
+    for name, _ in runs(device_dir):
+        path = Path(device_dir) / "runs" / name / "ifca_figure3.jsonl"
+        if path.exists():
+            out += [dict(json.loads(line), run=name) for line in path.read_text().splitlines()
+                    if line.strip()]
+    return out
+
+
 def done(device_dir: Path) -> dict:
     """What earlier runs finished: {"parts": {part: run}, "table1": {(m, n, method)},
-    "ifca_table2": {method}, "srfca_table4": {"dataset / method"}}. A part counts as done
-    when a run recorded it "ok" (ifca_round: and every dtype row was timed); tests never do."""
+    "ifca_table2": {method}, "srfca_table4": {"dataset / method"}, "ifca_figure3": [records]
+    (the suite keeps the points at the paper's sizes)}. A part counts as done when a run
+    recorded it "ok" (ifca_round: and every dtype row was timed); tests never do."""
     parts = {}
     for name, summary in runs(device_dir):
         for p in summary["parts"]:
@@ -91,7 +103,8 @@ def done(device_dir: Path) -> dict:
     return dict(parts=parts,
                 table1={k for k, r in table1_rows(device_dir).items() if full(r)},
                 ifca_table2={k for k, r in script_rows(device_dir, "ifca_table2").items() if full(r)},
-                srfca_table4={k for k, r in script_rows(device_dir, "srfca_table4").items() if full(r)})
+                srfca_table4={k for k, r in script_rows(device_dir, "srfca_table4").items() if full(r)},
+                ifca_figure3=figure3_records(device_dir))
 
 
 def import_run(archive: Path, name: str, device_dir: Path) -> Path:
@@ -163,7 +176,9 @@ def merge(device_dir: Path, argv, notes=None) -> str:
               f"- parts done: {', '.join(sorted(d['parts'])) or 'none'}",
               f"- IFCA Table 1 rows done: {len(d['table1'])} of 9",
               f"- IFCA Table 2 methods done: {', '.join(sorted(d['ifca_table2'])) or 'none'}",
-              f"- SR-FCA Table 4 rows done: {', '.join(sorted(d['srfca_table4'])) or 'none'}"]
+              f"- SR-FCA Table 4 rows done: {', '.join(sorted(d['srfca_table4'])) or 'none'}",
+              f"- IFCA Figure 3 points recorded: {len(d['ifca_figure3'])} (panels (b)-(d) have 20, 21 "
+              "and 15; `ifca_figure3.py --combine` with the runs' `ifca_figure3.jsonl` draws them)"]
     if notes and Path(notes).exists():
         lines += ["", Path(notes).read_text().rstrip()]
     text = "\n".join(lines) + "\n"

@@ -8,7 +8,7 @@
 Parts, in this order, each with its own time budget (seconds, capped by what is left of
 ``--budget``; a part that runs out writes what it has and says so):
 
-  tests         pytest -x on the IFCA, SR-FCA and robust-aggregation equality tests, on the
+  tests         pytest -x on the precision, IFCA, SR-FCA and robust-aggregation equality tests, on the
                 device's backend (subprocess; output in tests.txt)
   ifca_round    one IFCA option-II round at N = 2400 (MLP 784-200-10, n = 100, tau = 10, K = 4)
                 in float32 and bfloat16 (``models.base.with_dtype``: params and data in
@@ -16,12 +16,17 @@ Parts, in this order, each with its own time budget (seconds, capped by what is 
   ifca_separation  ``benchmarks/ifca_separation.py`` at the authors' m = 2400, n = 100: how
                 often IFCA separates the four rotations within 3 rounds, 20 seeds, Flax's and
                 PyTorch's initialisation (a CPU run of this size takes hours)
+  sweep         ``benchmarks/sweep_speed.py``: a 64-point sweep (16 step sizes x 4 seeds) as one
+                ``fedclust-jax sweep`` against one ``fedclust-jax run`` (target: <= 3x)
   scale         ``benchmarks/scale.py`` full mode (IFCA rounds up to 100k / 1M clients)
   robust        ``benchmarks/robust_aggregators.py``: seconds per aggregator and sort method
   cross_loss    the [N, N] cross-loss matrix (N models on N clients' data) SR-FCA needs
   ifca_table1   IFCA Table 1, rotated MNIST: (m, n) in (2400, 100), (4800, 50), (1200, 200) x
                 IFCA (K = 4), Global, Local x 5 seeds (one vmapped axis) x 300 rounds,
                 tau = 10 full-batch steps at lr 0.1; the model initialisation is ``--init``
+  ifca_figure3  ``benchmarks/ifca_figure3.py`` panels (b), (c), (d) at the paper's sizes (50
+                trials, 10 initialisations, 300 rounds, the paper's step sizes), full float32
+                matmuls; one JSONL line per point as it ends
   ifca_table2   ``benchmarks/ifca_table2.py --full`` (FEMNIST; skipped without femnist-leaf/)
   srfca_table4  ``benchmarks/srfca_table4.py --full`` (FEMNIST, Shakespeare; skipped without
                 femnist-leaf/ and shakespeare-leaf/); both get ``--budget`` so a run cut by
@@ -69,10 +74,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import chunked_rounds  # noqa: E402
 import device_results  # noqa: E402
 
-PARTS = ("tests", "ifca_round", "ifca_separation", "scale", "robust", "cross_loss", "ifca_table1", "ifca_table2",
-         "srfca_table4")
-BUDGETS = {"tests": 100, "ifca_round": 45, "ifca_separation": 90, "scale": 180, "robust": 45, "cross_loss": 20,
-           "ifca_table1": 10_000, "ifca_table2": 10_000, "srfca_table4": 10_000}
+PARTS = ("tests", "ifca_round", "ifca_separation", "sweep", "scale", "robust", "cross_loss", "ifca_table1",
+         "ifca_figure3", "ifca_table2", "srfca_table4")
+BUDGETS = {"tests": 100, "ifca_round": 45, "ifca_separation": 90, "sweep": 120, "scale": 180, "robust": 45,
+           "cross_loss": 20, "ifca_table1": 10_000, "ifca_figure3": 10_000, "ifca_table2": 10_000,
+           "srfca_table4": 10_000}
+FIGURE3_PANELS = ("b", "c", "d")     # panel (a) ran on the CPU (results/ifca_figure3.md)
+SWEEP_LRS = [round(0.01 * 1.25 ** i, 4) for i in range(16)]   # 16 step sizes x 4 seeds
 TESTS = ["tests/core/test_precision.py", "tests/algorithms/test_ifca.py", "tests/algorithms/test_srfca.py",
          "tests/core/test_robust.py", "tests/core/test_streaming.py"]
 DRY_TESTS = ["tests/core/test_robust.py::test_validation"]
@@ -94,7 +102,8 @@ class Suite:
         self.deadline = time.monotonic() + args.budget
         self.records: list[dict] = []
         self.done = (device_results.done(args.done) if args.done else
-                     dict(parts={}, table1=set(), ifca_table2=set(), srfca_table4=set()))
+                     dict(parts={}, table1=set(), ifca_table2=set(), srfca_table4=set(),
+                          ifca_figure3=[]))
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -169,9 +178,10 @@ def child_env() -> dict:
     return env
 
 
-def subprocess_part(suite: Suite, name: str, cmd: list[str], budget: float, log: str) -> dict:
+def subprocess_part(suite: Suite, name: str, cmd: list[str], budget: float, log: str,
+                    env_extra: dict | None = None) -> dict:
     """Runs ``cmd`` in the repository root with a timeout; its output goes to ``log``."""
-    env = child_env()
+    env = dict(child_env(), **(env_extra or {}))
     try:
         res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=budget, env=env)
         out, rc = res.stdout + res.stderr, res.returncode
@@ -263,6 +273,53 @@ def part_ifca_separation(suite: Suite, budget: float) -> dict:
         sys.executable, "benchmarks/ifca_separation.py", *size, "--inits", "flax", "torch",
         "--data-dir", suite.args.data_dir, "--out", str(suite.out / "ifca_separation.md")],
         budget, "ifca_separation.txt")
+
+
+def part_sweep(suite: Suite, budget: float) -> dict:
+    """Issue target: a 64-point sweep (16 step sizes x 4 seeds, one `fedclust-jax sweep`)
+    against one `fedclust-jax run`, both as subprocesses, compilation included."""
+    size = (["--lrs", "0.05", "0.1", "--seeds", "1", "--rounds", "2", "--clients", "8", "--n", "10",
+             "--dim", "5"] if suite.args.dry_run else ["--lrs", *map(str, SWEEP_LRS), "--seeds", "4"])
+    return subprocess_part(suite, "sweep", [
+        sys.executable, "benchmarks/sweep_speed.py", *size, "--separate", "1",
+        "--output", str(suite.out / "sweep_speed.md")], budget, "sweep_speed.txt")
+
+
+def part_ifca_figure3(suite: Suite, budget: float) -> dict:
+    """IFCA Figure 3 panels (b)-(d) at the paper's sizes (50 trials, 10 initialisations, 300
+    rounds, the paper's step sizes), points an imported run finished skipped; each point is
+    appended to ``ifca_figure3.jsonl`` as it ends. Matmuls in full float32
+    (JAX_DEFAULT_MATMUL_PRECISION=highest): success needs dist <= 0.6 sigma + 0.001."""
+    import ifca_figure3 as f3
+    done = {(r["panel"], r["m"], r["n"], r["R"], r["sigma"]) for r in suite.done["ifca_figure3"]
+            if r["trials"] >= 50 and r["inits"] >= 10 and r["rounds"] >= 300
+            and sorted(r["gammas"]) == sorted(f3.GAMMAS[r["k"]])}
+    size = (["--trials", "2", "--inits", "2", "--rounds", "2", "--record", "1", "--trial-batch", "2"]
+            if suite.args.dry_run else ["--trials", "50", "--trial-batch", "50"])
+    deadline, recs = time.monotonic() + budget, []
+    for panel in FIGURE3_PANELS[:1] if suite.args.dry_run else FIGURE3_PANELS:
+        left = [i for i, p in enumerate(f3.PANELS[panel]["points"])
+                if (panel, p["m"], p["n"], p["R"], p["sigma"]) not in done]
+        if suite.args.dry_run:
+            left = left[:1]
+        if not left:
+            continue
+        if deadline - time.monotonic() < 5:
+            recs.append(dict(status="partial", reason=f"no time left for panel {panel}"))
+            break
+        recs.append(subprocess_part(
+            suite, "ifca_figure3", [sys.executable, "benchmarks/ifca_figure3.py", "--panel", panel,
+                                    "--points", *map(str, left), *size,
+                                    "--out", str(suite.out / "ifca_figure3.jsonl")],
+            deadline - time.monotonic(), f"ifca_figure3_{panel}.txt",
+            {"JAX_DEFAULT_MATMUL_PRECISION": "highest"}))
+        if recs[-1]["status"] != "ok":
+            break
+    if not recs:
+        return dict(status="skipped", reason="every point done in an earlier run (--done)")
+    bad = [r for r in recs if r["status"] != "ok"]
+    return dict(status=bad[0]["status"] if bad else "ok",
+                reason="; ".join(r["reason"] for r in recs)[:300])
 
 
 def part_scale(suite: Suite, budget: float) -> dict:
@@ -495,9 +552,10 @@ def main(argv=None):
     suite = Suite(args, command)
     print(f"device: {jax.devices()[0]}; budget {args.budget:.0f} s", flush=True)
     for part, fn in (("tests", part_tests), ("ifca_round", part_ifca_round),
-                     ("ifca_separation", part_ifca_separation),
+                     ("ifca_separation", part_ifca_separation), ("sweep", part_sweep),
                      ("scale", part_scale), ("robust", part_robust),
                      ("cross_loss", part_cross_loss), ("ifca_table1", part_ifca_table1),
+                     ("ifca_figure3", part_ifca_figure3),
                      ("ifca_table2", part_script("ifca_table2", "ifca_table2.py")),
                      ("srfca_table4", part_script("srfca_table4", "srfca_table4.py"))):
         suite.run(part, lambda budget, fn=fn: fn(suite, budget))

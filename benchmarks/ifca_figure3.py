@@ -182,7 +182,9 @@ def run(args):
                         rounds=args.rounds, record=args.record, trial_batch=args.trial_batch,
                         seed=args.seed, scaling=args.scaling, gammas=args.gammas,
                         chunk=args.chunk)
-        res.update(panel=args.panel, seconds=round(time.time() - t0, 1),
+        res.update(panel=args.panel, backend=jax.default_backend(),
+                   matmul_precision=str(jax.config.jax_default_matmul_precision),
+                   seconds=round(time.time() - t0, 1),
                    cpu_seconds=round(time.process_time() - cpu0, 1), uptime_before=load,
                    command="python benchmarks/ifca_figure3.py " + " ".join(map(shlex.quote, sys.argv[1:])))
         with open(args.out, "a") as f:
