@@ -120,7 +120,8 @@ class Suite:
         if part not in self.args.parts:
             rec = dict(status="skipped", reason="not in --parts")
         elif part in self.done["parts"]:
-            rec = dict(status="skipped", reason=f"done in {self.args.done}/runs/"
+            where = os.path.relpath(self.args.done, ROOT)
+            rec = dict(status="skipped", reason=f"done in {where}/runs/"
                        f"{self.done['parts'][part]} (--done none reruns it)")
         elif budget < 5:
             rec = dict(status="skipped", reason=f"no time left ({budget:.0f} s of --budget)")
@@ -295,7 +296,9 @@ def part_ifca_figure3(suite: Suite, budget: float) -> dict:
             if r["trials"] >= 50 and r["inits"] >= 10 and r["rounds"] >= 300
             and sorted(r["gammas"]) == sorted(f3.GAMMAS[r["k"]])}
     size = (["--trials", "2", "--inits", "2", "--rounds", "2", "--record", "1", "--trial-batch", "2"]
-            if suite.args.dry_run else ["--trials", "50", "--trial-batch", "50"])
+            if suite.args.dry_run else ["--trials", "50", "--trial-batch", "10"])
+    # batches of 10 trials: panel (b) with 50 a batch asked for 32 GB on the CPU (0.64 GB a
+    # trial), and panel (d)'s largest point (m = 800, n = 200) has 4x the data a trial
     deadline, recs = time.monotonic() + budget, []
     for panel in FIGURE3_PANELS[:1] if suite.args.dry_run else FIGURE3_PANELS:
         left = [i for i, p in enumerate(f3.PANELS[panel]["points"])
