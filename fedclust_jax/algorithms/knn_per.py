@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
 from fedclust_jax.core.clients import map_clients
+from fedclust_jax.core.pairwise import sq_distances
 from fedclust_jax.data.federated import example_mask
 
 FEATURES = ("input", "output")
@@ -55,9 +56,7 @@ def knn_label_shares(train_f, train_y, train_mask, test_f, k: int, num_classes: 
     train_f [n, F], train_y int[n], train_mask bool[n], test_f [t, F]. With fewer than k real
     points all of them vote.
     """
-    sq = (jnp.sum(test_f ** 2, 1)[:, None] - 2 * test_f @ train_f.T
-          + jnp.sum(train_f ** 2, 1)[None, :])
-    sq = jnp.where(train_mask[None, :], sq, jnp.inf)
+    sq = jnp.where(train_mask[None, :], sq_distances(test_f, train_f), jnp.inf)
     _, idx = jax.lax.top_k(-sq, min(k, train_f.shape[0]))
     votes = jax.nn.one_hot(train_y[idx], num_classes) * train_mask[idx][..., None]
     return votes.sum(1) / jnp.maximum(votes.sum((1, 2))[:, None], 1.0)
