@@ -101,3 +101,11 @@ def test_suite_skips_a_part_done_in_an_imported_run(device_dir, tmp_path):
     parts = {p["part"]: p for p in json.loads((out / "summary.json").read_text())["parts"]}
     assert parts["cross_loss"]["status"] == "skipped"
     assert "done in" in parts["cross_loss"]["reason"] and "run-b" in parts["cross_loss"]["reason"]
+
+
+def test_done_reads_a_single_run_folder_and_several_folders(device_dir):
+    run_b = device_dir / "runs" / "run-b"            # as an earlier --out folder on the device
+    assert set(device_results.done(run_b)["parts"]) == {"cross_loss", "ifca_round", "ifca_table1"}
+    both = device_results.done([device_dir / "runs" / "run-a", run_b])
+    assert both["parts"] == device_results.done(device_dir)["parts"]
+    assert both["table1"] == {(2400, 100, "IFCA"), (4800, 100, "IFCA")}
