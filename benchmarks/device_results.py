@@ -26,6 +26,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 DEVICE_DIR = ROOT / "benchmarks" / "results" / "device"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -134,7 +136,6 @@ def import_run(archive: Path, name: str, device_dir: Path) -> Path:
 
 
 def _acc(r, key="acc"):
-    import numpy as np
     a = np.asarray(r[key], float)
     return f"{a.mean():.2f} ± {a.std():.2f}"
 

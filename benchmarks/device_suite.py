@@ -280,9 +280,15 @@ def part_sweep(suite: Suite, budget: float) -> dict:
     against one `fedclust-jax run`, both as subprocesses, compilation included."""
     size = (["--lrs", "0.05", "0.1", "--seeds", "1", "--rounds", "2", "--clients", "8", "--n", "10",
              "--dim", "5"] if suite.args.dry_run else ["--lrs", *map(str, SWEEP_LRS), "--seeds", "4"])
-    return subprocess_part(suite, "sweep", [
+    report = suite.out / "sweep_speed.md"
+    rec = subprocess_part(suite, "sweep", [
         sys.executable, "benchmarks/sweep_speed.py", *size, "--separate", "1",
-        "--output", str(suite.out / "sweep_speed.md")], budget, "sweep_speed.txt")
+        "--output", str(report)], budget, "sweep_speed.txt")
+    verdict = [l for l in (report.read_text().splitlines() if report.exists() else [])
+               if l.startswith("sweep of")]
+    if rec["status"] == "ok" and verdict:
+        rec["reason"] = verdict[0].split(" Largest")[0]
+    return rec
 
 
 def part_ifca_figure3(suite: Suite, budget: float) -> dict:
