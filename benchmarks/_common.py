@@ -105,6 +105,18 @@ def write_markdown(path: str, script: str, argv, load_before: str, body: str) ->
                   f"(on {os.cpu_count()} cores).\n\n{body}\n")
 
 
+def append_jsonl(path: str, record: dict) -> None:
+    """Appends ``record`` as one JSON line with a single ``write`` on an O_APPEND file, so
+    runs sharing a records file (two processes pinned to two cores) never interleave lines."""
+    data = (json.dumps(record) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
+
+
 def chunked_rounds(step, states, rounds: int, deadline: float, per_chunk: int, *args,
                    log: bool = True, fixed: bool = False, timing: dict | None = None):
     """Runs rounds 0..rounds-1 in chunks of ``per_chunk`` rounds, until ``rounds`` are done

@@ -56,6 +56,8 @@ from fedclust_jax.data.robust_synthetic import brifca_regression
 from fedclust_jax.metrics import matched_distances, parameter_error
 from fedclust_jax.models.linear import linear_regression
 
+from _common import append_jsonl
+
 PANELS = {
     "a": [(5, 200, d) for d in (20, 50, 100, 200, 500)],
     "b": [(10, 400, d) for d in (20, 50, 100, 200, 500)],
@@ -427,15 +429,14 @@ def main(argv=None):
                                                  **trial_fields)) + "\n")
                 se = float(np.std(hung) / np.sqrt(len(hung)))
                 if args.out:
-                    with open(args.out, "a") as fh:
-                        fh.write(json.dumps(dict(
-                            panel=panel, k=k, m=m, d=d, method=method, trials=args.trials,
-                            rounds=args.rounds, lr=args.lr, init=args.init,
-                            sort_method=args.sort_method, trial_batch=args.trial_batch,
-                            mean=float(np.mean(hung)), se=se, nearest_mean=float(np.mean(near)),
-                            seconds=round(seconds, 1),
-                            cpu_seconds=round(time.process_time() - cpu0, 1),
-                            uptime_before=load, command=command, **trial_fields)) + "\n")
+                    append_jsonl(args.out, dict(
+                        panel=panel, k=k, m=m, d=d, method=method, trials=args.trials,
+                        rounds=args.rounds, lr=args.lr, init=args.init,
+                        sort_method=args.sort_method, trial_batch=args.trial_batch,
+                        mean=float(np.mean(hung)), se=se, nearest_mean=float(np.mean(near)),
+                        seconds=round(seconds, 1),
+                        cpu_seconds=round(time.process_time() - cpu0, 1),
+                        uptime_before=load, command=command, **trial_fields))
                 cells.append(f"{np.mean(hung):.3f} ± {se:.3f} ({np.mean(near):.3f})")
                 print(f"panel {panel} k={k} m={m} d={d} {method}: {cells[-1]} "
                       f"[{seconds:.1f} s]; {load}", flush=True)
