@@ -38,7 +38,7 @@ scores it against ``data.point_cluster``: purity, misclustering, ARI) and ``obje
 the mean NLL of the points under their flows (no labels; it picks among restarts). Runs go
 through the experiment runner (``fedclust-jax run --algorithm uifca --dataset
 uifca-gaussian``) or ``run_uifca`` (per-round purity curves and ``select_after``, for the
-benchmarks). Measured behaviour (fixed points, restarts): benchmarks/results/uifca_notes.md.
+benchmarks). Measured behaviour (fixed points, restarts): benchmarks/notes/uifca.md.
 """
 
 from __future__ import annotations
