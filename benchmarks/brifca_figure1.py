@@ -56,7 +56,8 @@ from fedclust_jax.data.robust_synthetic import brifca_regression
 from fedclust_jax.metrics import matched_distances, parameter_error
 from fedclust_jax.models.linear import linear_regression
 
-from _common import append_jsonl
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import append_jsonl  # noqa: E402
 
 PANELS = {
     "a": [(5, 200, d) for d in (20, 50, 100, 200, 500)],
