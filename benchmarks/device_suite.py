@@ -8,8 +8,8 @@
 Parts, in this order, each with its own time budget (seconds, capped by what is left of
 ``--budget``; a part that runs out writes what it has and says so):
 
-  tests         pytest -x on the precision, IFCA, SR-FCA and robust-aggregation equality tests, on the
-                device's backend (subprocess; output in tests.txt)
+  tests         pytest -x on the precision, IFCA, SR-FCA and robust-aggregation equality
+                tests, on the device's backend (subprocess; output in tests.txt)
   ifca_round    one IFCA option-II round at N = 2400 (MLP 784-200-10, n = 100, tau = 10, K = 4)
                 in float32 and bfloat16 (``models.base.with_dtype``: params and data in
                 bf16, sums, losses and optimizer state float32)
@@ -34,9 +34,11 @@ Parts, in this order, each with its own time budget (seconds, capped by what is 
 
 Sessions on a device are short, so the work spans runs: ``benchmarks/device_results.py
 --import`` keeps a run's archive under ``benchmarks/results/device/runs/``, and ``--done``
-(default: that folder, on a full-size run) skips the parts an imported run finished ("ok";
-``tests`` always run) and the IFCA Table 1 rows and Table 2 / Table 4 methods it ran at full
-schedule. The same command thus continues where the last session stopped.
+(default: that folder, on a full-size run; also earlier ``--out`` folders) skips the parts a
+run finished ("ok"; ``tests`` always run), the IFCA Table 1 rows and Table 2 / Table 4
+methods it ran at full schedule and the Figure 3 points it ran at the paper's sizes. The same
+command thus continues where the last session stopped; ``benchmarks/README.md`` gives the two
+calls of a session.
 
 Every part writes ``<out>/<part>.json`` (and ``.md`` or ``.txt`` where it has a table or a
 log); ``<out>/summary.json`` and ``summary.md`` list every part's status (ok, partial,
