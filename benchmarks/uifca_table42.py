@@ -37,7 +37,13 @@ SETTINGS = {"Default": ("checkerboard", False), "RB": ("checkerboard", True),
 def load_mnist_uint8(data_dir):
     """(x_train uint8 [60000, 28, 28], y_train, x_test, y_test) from the IDX .gz files."""
     d = Path(data_dir)
-    get = lambda stem: read_idx(next(p for p in (d / f"{stem}.gz", d / stem) if p.exists()))
+
+    def get(stem):
+        for p in (d / f"{stem}.gz", d / stem):
+            if p.exists():
+                return read_idx(p)
+        raise SystemExit(f"MNIST file {stem}(.gz) not found in {d}: pass --data-dir, the folder "
+                         "holding the four IDX files (e.g. ../shared/data/mnist)")
     return (get("train-images-idx3-ubyte"), get("train-labels-idx1-ubyte").astype(np.int32),
             get("t10k-images-idx3-ubyte"), get("t10k-labels-idx1-ubyte").astype(np.int32))
 
