@@ -134,9 +134,10 @@ def write_report(a, rows, details, times, total):
                    + " ".join(f"{100 * v:.1f}" for v in hist["purity"])
                    + f" | {hist['seconds']:.0f} |")
     per_p = ", ".join(f"{n} p={p}: {t:.0f}s" for (n, p), t in times.items())
+    from provenance import generated_by
     text = (
-        "# UIFCA Table 4.3: ClusterGAN + FedAvg, purity % vs heterogeneity p\n\n"
-        f"Command: `python {' '.join(sys.argv)}`\n\n"
+        generated_by()
+        + "# UIFCA Table 4.3: ClusterGAN + FedAvg, purity % vs heterogeneity p\n\n"
         f"Machine: {machine}, jax {jax.__version__} ({dev.platform}); total wall time "
         f"{total:.0f}s ({per_p}; each includes compilation where shapes change).\n\n"
         "n = K clients; rotated = mean over the digits' runs; purity after the last "

@@ -250,10 +250,8 @@ def write_report(a, ps, digits, cells, curves, times, rot_acc, losses, projectio
                    for p, d, u, fp, kf in curves]
     loss_text = ("loaded from the cache" if losses is None else
                  "mean loss per epoch " + " ".join(f"{v:.3f}" for v in losses))
-    cmd = "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])
-    text = f"""# UIFCA Table 4.3, MNIST Representations rows: purity % vs heterogeneity p
-
-Command: `{cmd}`
+    from provenance import generated_by
+    text = generated_by() + f"""# UIFCA Table 4.3, MNIST Representations rows: purity % vs heterogeneity p
 
 Machine: {platform.machine()} CPU, {os.cpu_count()} cores (shared with other jobs), jax
 {jax.__version__} on {jax.devices()[0].platform}, float32.
