@@ -135,8 +135,8 @@ def import_run(archive: Path, name: str, device_dir: Path) -> Path:
     return dest
 
 
-def _acc(r, key="acc"):
-    a = np.asarray(r[key], float)
+def _acc(r):
+    a = np.asarray(r["acc"], float)
     return f"{a.mean():.2f} ± {a.std():.2f}"
 
 
