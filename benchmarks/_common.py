@@ -1,6 +1,6 @@
 """What benchmark scripts share: one child process per configuration (``--one CFG``),
-per-round timing marks, peak memory, the head of a result file, and rounds run in compiled
-chunks under a deadline.
+per-round timing marks, peak memory, the head of a result file (or a whole one from what a
+script prints), and rounds run in compiled chunks under a deadline.
 
 A script using it runs from the command line as ``python benchmarks/<script>.py``, so this
 folder is on ``sys.path``; ``run_child`` also puts the repository root there.
@@ -9,6 +9,8 @@ folder is on ``sys.path``; ``run_child`` also puts the repository root there.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import resource
@@ -103,6 +105,33 @@ def write_markdown(path: str, script: str, argv, load_before: str, body: str) ->
         f.write(generated_by([script] + argv)
                 + f"Load (`uptime`) before: {load_before}; after: {load_averages()} "
                   f"(on {os.cpu_count()} cores).\n\n{body}\n")
+
+
+@contextlib.contextmanager
+def printed_to(path, script: str, fence: bool = False):
+    """Runs the block, printing as usual; with a ``path``, what it printed also becomes a
+    result file there (``write_markdown``: the command, the load before and after, then the
+    text, inside a code fence when ``fence``)."""
+    if path is None:
+        yield
+        return
+    before, seen, out = load_averages(), io.StringIO(), sys.stdout
+
+    class Tee:
+        def write(self, s):
+            seen.write(s)
+            return out.write(s)
+
+        def flush(self):
+            out.flush()
+
+    sys.stdout = Tee()
+    try:
+        yield
+    finally:
+        sys.stdout = out
+    text = seen.getvalue().rstrip("\n")
+    write_markdown(path, script, None, before, f"```\n{text}\n```" if fence else text)
 
 
 def append_jsonl(path: str, record: dict) -> None:

@@ -18,7 +18,7 @@ The round is compiled first (``jit(...).lower(...).compile()``, timed as "compil
 run --rounds times; "s / round" is the median. Round time includes the loss matrix on every
 participant's training data (IFCA's re-assignment).
 
-    python benchmarks/cnn_round.py --data-dir /work/shared/data
+    python benchmarks/cnn_round.py --data-dir /work/shared/data [--out FILE]
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from _common import printed_to  # noqa: E402
 
 CONFIGS = ("femnist-cnn", "cifar-cnn", "shakespeare-lstm")
 
@@ -125,19 +127,26 @@ def main():
     p.add_argument("--lstm-n", type=int, default=500)
     p.add_argument("--lstm-steps", type=int, default=5)
     p.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
+    p.add_argument("--out", default=None, help="also write the table to this file")
     p.add_argument("--one", nargs=3, metavar=("CONFIG", "CONV", "CHUNK"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
         print("RESULT " + json.dumps(one(*args.one, args)), flush=True)
         return
 
+    with printed_to(args.out, __file__):
+        compare(args)
+
+
+def compare(args):
+    """Runs every configuration in its own subprocess and prints the table."""
     import jax
     print(f"# jax {jax.__version__}, {jax.default_backend()}, {platform.machine()}, "
           f"{os.cpu_count()} cores; load at start: {os.getloadavg()}")
     print("| config | conv | chunk | clients | n_max | steps x batch | compile s | s / round "
           "| peak RSS GB |")
     print("|---|---|---|---:|---:|---|---:|---:|---:|", flush=True)
-    passthrough = [a for a in sys.argv[1:]]
+    passthrough = sys.argv[1:]
     for name in args.configs:
         convs = ["-"] if name == "shakespeare-lstm" else args.convs
         for conv in convs:

@@ -2,9 +2,9 @@
 builds every recipe that uses them, and prints clients, samples per client and label
 histograms.
 
-    python benchmarks/real_data_check.py [DATA_DIR]    # default: ../shared/data from the repo root
+    python benchmarks/real_data_check.py [DATA_DIR] [--out FILE]   # default: ../shared/data
 
-The output of a run is kept in benchmarks/results/real_data_check.txt.
+The committed output: ``--out benchmarks/results/real_data_check.txt``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from fedclust_jax.data import build_dataset
 from fedclust_jax.data.leaf import (SHAKESPEARE_CHARS, find_leaf, load_leaf_clients,
                                    read_leaf_folder, time_split)
 from fedclust_jax.data.sources import load_images
+
+from _common import printed_to
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = jax.random.key(0)
@@ -108,12 +110,14 @@ def check_digits():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data_dir", nargs="?", default=str(REPO.parent / "shared" / "data"))
+    parser.add_argument("--out", default=None, help="also write what is printed to this file")
     args = parser.parse_args()
-    print(f"data dir: {Path(args.data_dir).name} (../shared/data by default)")
-    check_mnist(args.data_dir)
-    check_femnist(args.data_dir)
-    check_shakespeare(args.data_dir)
-    check_digits()
+    with printed_to(args.out, __file__):
+        print(f"data dir: {Path(args.data_dir).name} (../shared/data by default)")
+        check_mnist(args.data_dir)
+        check_femnist(args.data_dir)
+        check_shakespeare(args.data_dir)
+        check_digits()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Times Threshold-Clustering's two methods ("points", "gram"; ``core.robust``) alone and
 inside FC's MNIST round, side by side in one process.
 
-    python benchmarks/threshold_tc_methods.py --data-dir ../shared/data/mnist [--reps 5]
+    python benchmarks/threshold_tc_methods.py --data-dir ../shared/data/mnist [--reps 5] \
+        [--out benchmarks/results/threshold_tc_methods.md]
 
 TC alone: K = 1 from the first point, l = 10, radius = 20th percentile, over 30 random
 [S = 19, P = 159,010] point sets (FC's subgroup of the MNIST MLP 784-200-10), one set at a
@@ -26,6 +27,7 @@ from fedclust_jax.data.recipes import personalized_mnist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import threshold_table1  # noqa: E402
+from _common import printed_to  # noqa: E402
 
 
 def seconds(fn, *args):
@@ -38,7 +40,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_MNIST", "../shared/data/mnist"))
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--out", default=None, help="also write what is printed to this file")
     args = p.parse_args()
+    with printed_to(args.out, __file__, fence=True):
+        measure(args)
+
+
+def measure(args):
 
     sets = 30
     z = jax.random.normal(jax.random.key(0), (sets, 19, 159010))
