@@ -40,7 +40,9 @@ def save(path: str, states, history: dict, rounds_done: int, config: dict):
 
 def load(path: str, like_states, config: dict):
     """(states shaped like ``like_states``, history, rounds_done); errors if the checkpoint
-    belongs to another configuration."""
+    belongs to another configuration. Several processes: each reads the whole file, and the
+    runner places the states on the mesh (``jax.device_put`` with their shardings), so each
+    process keeps its own clients' shards."""
     with np.load(path) as f:
         meta = json.loads(bytes(f["meta"]).decode())
         saved = {k: v for k, v in meta["config"].items() if k != "rounds"}

@@ -1,10 +1,11 @@
 """One process of a multi-process IFCA run, started by tests/core/test_multiprocess.py:
 
-    python multiprocess_run.py PORT NUM_PROCESSES PROCESS_ID OUT_JSON
+    python multiprocess_run.py PORT NUM_PROCESSES PROCESS_ID OUT_JSON [ROUNDS]
 
 Every process joins through ``jax.distributed.initialize`` (CPU collectives: gloo), builds the
-same data from the same seed and runs ``run_experiment`` over all processes' devices;
-process 0 writes the result to OUT_JSON and the run's checkpoint to OUT_JSON.ckpt.npz."""
+same data from the same seed and runs ``run_experiment`` (``CONFIG``, ROUNDS rounds if given)
+over all processes' devices; process 0 writes the result to OUT_JSON and the run's checkpoint
+to OUT_JSON.ckpt.npz. When that checkpoint exists, the run resumes from it."""
 
 import json
 import os
@@ -24,12 +25,13 @@ CONFIG = dict(dataset="synthetic-regression",
 
 def main():
     port, num_processes, process_id, out_path = sys.argv[1:5]
+    config = dict(CONFIG, rounds=int(sys.argv[5])) if len(sys.argv) > 5 else CONFIG
     initialize_processes(f"127.0.0.1:{port}", int(num_processes), int(process_id), timeout_s=60)
     import jax
 
     from fedclust_jax.experiment import ExperimentConfig, run_experiment
     # the checkpoint is written after every chunk: gathered from both processes, by process 0
-    result = run_experiment(ExperimentConfig(**CONFIG), progress=False, devices=jax.device_count(),
+    result = run_experiment(ExperimentConfig(**config), progress=False, devices=jax.device_count(),
                             checkpoint=out_path + ".ckpt.npz")
     result["process_count"] = jax.process_count()
     result["device_count"] = jax.device_count()

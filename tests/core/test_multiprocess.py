@@ -1,6 +1,7 @@
 """Two processes on localhost (``jax.distributed.initialize``, CPU collectives through gloo)
 run one IFCA experiment with the clients split over both processes' devices, and match the
-single-process run. Each process is bounded by a timeout, so a hang fails the test."""
+single-process run, also when resumed from their checkpoint. Each process is bounded by a
+timeout, so a hang fails the test."""
 
 import json
 import os
@@ -26,12 +27,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_processes(out_path, num_processes=2):
+def run_processes(out_path, num_processes=2, rounds=None):
     port = free_port()
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)  # one CPU device per process
     procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "multiprocess_run.py"), str(port),
-                               str(num_processes), str(i), out_path],
+                               str(num_processes), str(i), out_path]
+                              + ([] if rounds is None else [str(rounds)]),
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(num_processes)]
     logs = []
@@ -65,3 +67,28 @@ def test_two_processes_equal_one(tmp_path):
                                    two["history"]["train_loss"], rtol=1e-6)
         shapes = [ck[k].shape for k in ck.files if k.startswith("state_")]
         assert (CONFIG["restarts"], CONFIG["data"]["num_clients"]) in shapes  # assign [R, N]
+
+
+def test_two_processes_resume_from_their_checkpoint(tmp_path):
+    """Two processes stop after round 2; two new ones resume from the checkpoint (every
+    process reads it and keeps its own shards) and end where one uninterrupted process ends.
+    The checkpoint's history is scaled by 10 before resuming, so the resumed run's first two
+    rounds show that the file was read rather than the rounds rerun."""
+    out_path = str(tmp_path / "two.json")
+    codes, logs = run_processes(out_path, rounds=2)
+    assert codes == [0, 0], "\n".join(log[-2000:] for log in logs)
+    ckpt_path = out_path + ".ckpt.npz"
+    with np.load(ckpt_path) as ck:
+        arrays = {k: ck[k] for k in ck.files}
+    assert json.loads(bytes(arrays["meta"]).decode())["rounds_done"] == 2
+    arrays["history_train_loss"] = 10 * arrays["history_train_loss"]
+    np.savez(ckpt_path, **arrays)
+    codes, logs = run_processes(out_path, rounds=CONFIG["rounds"])
+    assert codes == [0, 0], "\n".join(log[-2000:] for log in logs)
+    resumed = json.load(open(out_path))
+    one = run_experiment(ExperimentConfig(**CONFIG), progress=False)
+    loss, want = np.asarray(resumed["history"]["train_loss"]), np.asarray(one["history"]["train_loss"])
+    np.testing.assert_allclose(loss[:2], 10 * want[:2], rtol=1e-5)
+    np.testing.assert_allclose(loss[2:], want[2:], rtol=1e-5)
+    for key in ("test_loss", "misclustering", "param_error"):
+        np.testing.assert_allclose(resumed["metrics"][key], one["metrics"][key], rtol=1e-5)
