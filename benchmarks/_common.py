@@ -179,5 +179,5 @@ def chunked_rounds(step, states, rounds: int, deadline: float, per_chunk: int, *
                   f"{os.getloadavg()[0]:.2f})", flush=True)
     if timing is not None:
         timing.update(first_chunk_s=round(first or 0.0, 2),
-                      s_per_round=round(sum(later) / len(later), 2) if later else None)
+                      s_per_round=round(sum(later) / len(later), 4) if later else None)
     return states, done

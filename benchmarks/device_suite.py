@@ -21,6 +21,9 @@ Parts, in this order, each with its own time budget (seconds, capped by what is 
   scale         ``benchmarks/scale.py`` full mode (IFCA rounds up to 100k / 1M clients)
   robust        ``benchmarks/robust_aggregators.py``: seconds per aggregator and sort method
   cross_loss    the [N, N] cross-loss matrix (N models on N clients' data) SR-FCA needs
+  cnn_conv      seconds per IFCA Table 2 round (FEMNIST CNN, ``ifca_table2.py``, IFCA k = 2,
+                75 rounds) with the native convolution and with im2col patches; the table
+                parts below (and later runs, through ``--done``) use the faster one
   ifca_table1   IFCA Table 1, rotated MNIST: (m, n) in (2400, 100), (4800, 50), (1200, 200) x
                 IFCA (K = 4), Global, Local x 5 seeds (one vmapped axis) x 300 rounds,
                 tau = 10 full-batch steps at lr 0.1; the model initialisation is ``--init``
@@ -76,11 +79,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import chunked_rounds  # noqa: E402
 import device_results  # noqa: E402
 
-PARTS = ("tests", "ifca_round", "ifca_separation", "sweep", "scale", "robust", "cross_loss", "ifca_table1",
-         "ifca_figure3", "ifca_table2", "srfca_table4")
+PARTS = ("tests", "ifca_round", "ifca_separation", "sweep", "scale", "robust", "cross_loss", "cnn_conv",
+         "ifca_table1", "ifca_figure3", "ifca_table2", "srfca_table4")
 BUDGETS = {"tests": 100, "ifca_round": 45, "ifca_separation": 90, "sweep": 120, "scale": 180, "robust": 45,
-           "cross_loss": 20, "ifca_table1": 10_000, "ifca_figure3": 10_000, "ifca_table2": 10_000,
-           "srfca_table4": 10_000}
+           "cross_loss": 20, "cnn_conv": 120, "ifca_table1": 10_000, "ifca_figure3": 10_000,
+           "ifca_table2": 10_000, "srfca_table4": 10_000}
 FIGURE3_PANELS = ("b", "c", "d")     # panel (a) ran on the CPU (results/ifca_figure3.md)
 SWEEP_LRS = [round(0.01 * 1.25 ** i, 4) for i in range(16)]   # 16 step sizes x 4 seeds
 TESTS = ["tests/core/test_precision.py", "tests/algorithms/test_ifca.py", "tests/algorithms/test_srfca.py",
@@ -105,7 +108,13 @@ class Suite:
         self.records: list[dict] = []
         self.done = (device_results.done(args.done) if args.done else
                      dict(parts={}, table1=set(), ifca_table2=set(), srfca_table4=set(),
-                          ifca_figure3=[]))
+                          ifca_figure3=[], cnn_conv=None))
+
+    def conv(self) -> str | None:
+        """The CNN convolution the table parts use: the faster one that this run's cnn_conv
+        part measured, else an earlier run's (``--done``), else None (the scripts' auto)."""
+        ran = [r.get("faster") for r in self.records if r["part"] == "cnn_conv"]
+        return ran[-1] if ran and ran[-1] else self.done.get("cnn_conv")
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -374,6 +383,44 @@ def part_cross_loss(suite: Suite, budget: float) -> dict:
     return dict(rows=rows)
 
 
+CONV_ROUNDS = 75   # three scan chunks of 25: the first compiles, the other two are timed
+
+
+def part_cnn_conv(suite: Suite, budget: float) -> dict:
+    """The IFCA Table 2 round (FEMNIST CNN, IFCA k = 2, 5 seeds) with each convolution:
+    ``ifca_table2.py --full --rounds 75 --conv C``, seconds per round after the compiling
+    chunk. The dry run times the toy MLP (no convolution): it checks the plumbing only."""
+    if not (Path(suite.args.data_dir) / "femnist-leaf").is_dir():
+        return dict(status="skipped", reason=f"femnist-leaf not under --data-dir "
+                    f"{suite.args.data_dir} (--prepare-data copies it)")
+    size = (["--dry-run", "--rounds", "4", "--per-chunk", "2"] if suite.args.dry_run else
+            ["--full", "--rounds", str(CONV_ROUNDS), "--per-chunk", "25"])
+    deadline, per_round, recs = time.monotonic() + budget, {}, []
+    for conv in ("native", "patches"):
+        out = suite.out / f"cnn_conv_{conv}.md"
+        left = deadline - time.monotonic()
+        if left < 10:
+            break
+        recs.append(subprocess_part(suite, "cnn_conv", [
+            sys.executable, "benchmarks/ifca_table2.py", *size, "--methods", "IFCA k=2",
+            "--conv", conv, "--data-dir", suite.args.data_dir, "--out", str(out)],
+            left, f"cnn_conv_{conv}.txt"))
+        table = out.with_suffix(".json")
+        rows = json.loads(table.read_text())["rows"] if table.exists() else []
+        if rows and (rows[0].get("timing") or {}).get("s_per_round"):
+            per_round[conv] = rows[0]["timing"]["s_per_round"]
+    faster = min(per_round, key=per_round.get) if len(per_round) == 2 else None
+    suite.write_json("cnn_conv", dict(s_per_round=per_round, faster=faster))
+    timed = ", ".join(f"{c} {s:.4f} s" for c, s in per_round.items())
+    if faster is None:
+        bad = [r["reason"] for r in recs if r["status"] != "ok"]
+        return dict(status="failed" if bad else "partial", faster=None,
+                    reason=f"timed: {timed or 'none'}; " + "; ".join(bad)[:250])
+    return dict(faster=faster, s_per_round=per_round,
+                reason=f"IFCA k=2 {'toy MLP (dry run)' if suite.args.dry_run else 'FEMNIST CNN'} "
+                       f"round: {timed}; table parts use {faster}")
+
+
 def table1_methods(model, m: int, rounds_dry: bool):
     from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
     from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
@@ -480,6 +527,8 @@ def part_script(name: str, script: str):
             if not left:
                 return dict(status="skipped", reason="every row done in an earlier run (--done)")
             mode = ["--full", "--methods", *left]
+            if suite.conv():
+                mode += ["--conv", suite.conv()]
         inner = max(1.0, budget - max(15.0, 0.1 * budget))
         rec = subprocess_part(suite, name, [sys.executable, str(path), *mode, "--data-dir",
                                             suite.args.data_dir, "--out",
@@ -566,7 +615,8 @@ def main(argv=None):
     for part, fn in (("tests", part_tests), ("ifca_round", part_ifca_round),
                      ("ifca_separation", part_ifca_separation), ("sweep", part_sweep),
                      ("scale", part_scale), ("robust", part_robust),
-                     ("cross_loss", part_cross_loss), ("ifca_table1", part_ifca_table1),
+                     ("cross_loss", part_cross_loss), ("cnn_conv", part_cnn_conv),
+                     ("ifca_table1", part_ifca_table1),
                      ("ifca_figure3", part_ifca_figure3),
                      ("ifca_table2", part_script("ifca_table2", "ifca_table2.py")),
                      ("srfca_table4", part_script("srfca_table4", "srfca_table4.py"))):

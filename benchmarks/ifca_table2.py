@@ -62,6 +62,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from _common import chunked_rounds  # noqa: E402
+from fedclust_jax.models.layers import CONV_IMPLS, resolve_conv  # noqa: E402
 from provenance import generated_by  # noqa: E402
 
 PAPER = {  # IFCA paper Table 2: FEMNIST test accuracy %, mean, std over 5 runs
@@ -315,6 +316,9 @@ def main(argv=None):
     ap.add_argument("--clients", type=int, default=None, help="writers (default all)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--per-chunk", type=int, default=25, help="rounds per compiled scan chunk")
+    ap.add_argument("--conv", default="auto", choices=CONV_IMPLS,
+                    help="the CNN's convolution (models.cnn; auto: patches on a CPU, native "
+                         "elsewhere); the device suite passes the faster one it measured")
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds; no new chunk or method starts after it (rows so far kept)")
     args = ap.parse_args(argv)
@@ -343,8 +347,8 @@ def main(argv=None):
     local = LocalTraining(steps=steps, lr=0.004, batch_size=10)
     participation = min(1.0, CLIENTS_PER_ROUND / n)
     local_epochs = max(1, round(rounds * CLIENTS_PER_ROUND / n))
-    model = mlp((784, 32, 62)) if args.dry_run else femnist_cnn(62)
-    setting = (f"Model: {'toy MLP 784-32-62 (dry run)' if args.dry_run else 'FEMNIST CNN conv5x5 32 - pool - conv5x5 64 - pool - FC 2048 - FC 62'}; "
+    model = mlp((784, 32, 62)) if args.dry_run else femnist_cnn(62, conv=args.conv)
+    setting = (f"Model: {'toy MLP 784-32-62 (dry run)' if args.dry_run else 'FEMNIST CNN conv5x5 32 - pool - conv5x5 64 - pool - FC 2048 - FC 62, ' + resolve_conv(args.conv) + ' convolution'}; "
                f"SGD lr 0.004, batch 10, {steps} steps a round (one epoch of the mean writer, "
                f"{mean_n:.0f} samples), {min(CLIENTS_PER_ROUND, n)} of {n} clients a round; "
                f"IFCA option II with weight sharing (heads per cluster); one-shot: softmax "

@@ -65,6 +65,7 @@ import numpy as np  # noqa: E402
 from ifca_table2 import (block, fmt, leaf_data, ordering_lines,  # noqa: E402
                          uptime, write_outputs)
 from _common import chunked_rounds  # noqa: E402
+from fedclust_jax.models.layers import CONV_IMPLS, resolve_conv  # noqa: E402
 from provenance import generated_by  # noqa: E402
 
 PAPER = {  # SR-FCA Table 4: test accuracy %, mean, std over 5 seeds
@@ -171,13 +172,14 @@ def run_dataset(ds, args, deadline, rows, write):
         model = (mlp((784, 32, 62)) if ds == "femnist"
                  else shakespeare_lstm(embed=4, hidden=8, layers=1))
     else:
-        model = femnist_cnn(62) if ds == "femnist" else shakespeare_lstm()
+        model = femnist_cnn(62, conv=args.conv) if ds == "femnist" else shakespeare_lstm()
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds))
+    conv = f" ({resolve_conv(args.conv)} convolution)" if ds == "femnist" and not args.dry_run else ""
     setting = (f"{ds}: {n_pick} clients per seed (of {full.num_clients} here), "
                f"{'at most ' + str(max_samples) + ' training windows each, ' if max_samples else ''}"
                f"{'at most ' + str(max_test) + ' test windows each, ' if max_test else ''}"
                f"{info['train']:,} train / {info['test']:,} test samples in the pool; model "
-               f"{model.name}; SGD lr {s['lr']}, batch {s['batch']}, {s['rounds']} rounds x "
+               f"{model.name}{conv}; SGD lr {s['lr']}, batch {s['batch']}, {s['rounds']} rounds x "
                f"{s['steps']} local steps (paper schedule {CODE[ds]['rounds']} x "
                f"{CODE[ds]['steps']}), ONE_SHOT {s['rounds'] * s['steps']} steps (paper "
                f"{CODE[ds]['rounds'] * CODE[ds]['steps']}); beta {s['beta']}, lambda "
@@ -323,6 +325,9 @@ def main(argv=None):
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--protocol", choices=["code", "paper"], default="code")
     ap.add_argument("--per-chunk", type=int, default=25)
+    ap.add_argument("--conv", default="auto", choices=CONV_IMPLS,
+                    help="the FEMNIST CNN's convolution (models.cnn; auto: patches on a CPU, "
+                         "native elsewhere); the device suite passes the faster one it measured")
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds; no new chunk or method starts after it (rows so far kept)")
     args = ap.parse_args(argv)

@@ -5,6 +5,7 @@ import json
 import sys
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -23,7 +24,7 @@ def table1_row(m, method, rounds):
                 seconds=1.0)
 
 
-def write_archive(path: Path, *, table1, round_rows, parts, table2_rows=()):
+def write_archive(path: Path, *, table1, round_rows, parts, table2_rows=(), faster_conv=None):
     src = path.parent / "src" / "device_suite"
     src.mkdir(parents=True)
     (src / "summary.json").write_text(json.dumps(dict(
@@ -34,6 +35,8 @@ def write_archive(path: Path, *, table1, round_rows, parts, table2_rows=()):
     (src / "ifca_round.json").write_text(json.dumps(round_rows))
     (src / "ifca_table2.json").write_text(json.dumps(dict(setting="s", rows=list(table2_rows))))
     (src / "tests.txt").write_text("python -m pytest\n\n1 passed\n")
+    if faster_conv:
+        (src / "cnn_conv.json").write_text(json.dumps(dict(s_per_round={}, faster=faster_conv)))
     (src / "ifca_table1.md").write_text(COMMAND + "\n\ntable\n")
     with tarfile.open(path, "w:gz") as tar:
         tar.add(src, arcname="device_suite")
@@ -48,7 +51,7 @@ def device_dir(tmp_path):
                   parts=[("tests", "ok"), ("ifca_round", "ok"), ("robust", "ok"),
                          ("ifca_table1", "partial")],
                   table2_rows=[dict(method="IFCA k=2", rounds=4400, asked=6000, acc=[85.0],
-                                    paper=[87.99, 0.35])])
+                                    paper=[87.99, 0.35])], faster_conv="patches")
     write_archive(b, table1=[table1_row(4800, "IFCA", 300)],
                   round_rows=[dict(dtype="float32", seconds=0.1)],
                   parts=[("cross_loss", "ok"), ("ifca_round", "ok"), ("ifca_table1", "ok")],
@@ -81,6 +84,7 @@ def test_done_counts_full_rows_and_fully_timed_parts(device_dir):
                              "ifca_table1": "run-b"}
     assert done["table1"] == {(2400, 100, "IFCA"), (4800, 100, "IFCA")}   # run-b's 300 > 150
     assert done["ifca_table2"] == {"global"}
+    assert done["cnn_conv"] == "patches"     # run-a measured it; run-b did not
     assert device_suite.methods_left("ifca_table2", done["ifca_table2"]) == [
         m for m in ifca_table2.METHODS if m != "global"]
 
@@ -109,3 +113,15 @@ def test_done_reads_a_single_run_folder_and_several_folders(device_dir):
     both = device_results.done([device_dir / "runs" / "run-a", run_b])
     assert both["parts"] == device_results.done(device_dir)["parts"]
     assert both["table1"] == {(2400, 100, "IFCA"), (4800, 100, "IFCA")}
+
+
+def test_suite_table_parts_use_the_measured_convolution(device_dir, tmp_path):
+    """An earlier run's faster convolution (``--done``) until this run measures its own."""
+    args = SimpleNamespace(out=str(tmp_path / "s"), budget=10.0, done=[str(device_dir)],
+                           dry_run=True, archive=None, parts=[])
+    suite = device_suite.Suite(args, COMMAND)
+    assert suite.conv() == "patches"
+    suite.records.append(dict(part="cnn_conv", status="ok", faster="native"))
+    assert suite.conv() == "native"
+    args.done = None
+    assert device_suite.Suite(args, COMMAND).conv() is None

@@ -28,8 +28,8 @@ def test_dry_run_writes_every_part_and_a_parsable_summary(tmp_path):
     tiny_mnist(tmp_path / "data")
     tiny_leaf(tmp_path / "data")
     out = tmp_path / "out"
-    parts = ["ifca_round", "cross_loss", "ifca_table1", "ifca_figure3", "sweep", "ifca_table2",
-             "srfca_table4", "scale"]
+    parts = ["ifca_round", "cross_loss", "cnn_conv", "ifca_table1", "ifca_figure3", "sweep",
+             "ifca_table2", "srfca_table4", "scale"]
     res = subprocess.run([sys.executable, "benchmarks/device_suite.py", "--dry-run", "--data-dir",
                           str(tmp_path / "data"), "--out", str(out), "--parts", *parts,
                           "--archive", str(tmp_path / "suite.tar.gz")],
@@ -39,10 +39,14 @@ def test_dry_run_writes_every_part_and_a_parsable_summary(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     status = {r["part"]: r for r in summary["parts"]}
     assert set(status) == {"tests", "ifca_round", "ifca_separation", "sweep", "scale", "robust",
-                           "cross_loss", "ifca_table1", "ifca_figure3", "ifca_table2", "srfca_table4"}
+                           "cross_loss", "cnn_conv", "ifca_table1", "ifca_figure3", "ifca_table2",
+                           "srfca_table4"}
     assert status["tests"]["status"] == "skipped" and status["robust"]["status"] == "skipped"
-    for part in ("ifca_round", "cross_loss", "ifca_table1", "ifca_figure3", "sweep"):
+    for part in ("ifca_round", "cross_loss", "cnn_conv", "ifca_table1", "ifca_figure3", "sweep"):
         assert status[part]["status"] == "ok", status[part]
+    conv = json.loads((out / "cnn_conv.json").read_text())
+    assert set(conv["s_per_round"]) == {"native", "patches"} and conv["faster"] in conv["s_per_round"]
+    assert status["cnn_conv"]["faster"] == conv["faster"]
     point = json.loads((out / "ifca_figure3.jsonl").read_text().splitlines()[0])
     assert point["panel"] == "b" and point["trials"] == 2 and point["backend"] == "cpu"
     assert point["matmul_precision"] == "highest"
