@@ -2,7 +2,11 @@
 number of TC iterations l, for blob std sigma in {0.5, 1, 2, 4} with fixed centers.
 
     python benchmarks/threshold_figure4.py [--repeats 10] [--inits blob-point offset data-points box]
-        [--out benchmarks/results/threshold_figure4.md]
+        [--theory-inits blob-point offset] [--notes-file FILE] [--out FILE.md] [--figure FILE.png]
+
+The committed files (``results/threshold_figure4.md`` and ``.png``) come from one invocation:
+``--theory-inits blob-point offset --notes-file benchmarks/notes/threshold_figure4.md`` with
+``--out`` and ``--figure``.
 
 Data (Section 4.3): 90 points in 10-D from 10 blobs (``blobs``: make_blobs' equal shares,
 centers uniform in [-10, 10]^10 from one fixed seed, the same for every sigma). TC with
@@ -25,7 +29,8 @@ with f(l) <= 1.05 min f (the curve is within 5% of its floor); "paper": the firs
 which the paper's ratio r(l) = (f(l) - f(l-1)) / (f(l-1) - min f) rises above -0.05 (a step
 smaller than 5% of the remaining gap). The paper gives the ratio but not the cut on it.
 ``--radius-rule theory`` replaces the 10% quantile by the text's fixed tau = sqrt(sigma Delta)
-(Delta = the smallest distance between two true centers).
+(Delta = the smallest distance between two true centers); ``--theory-inits`` adds tables of
+that rule, for those initialisations, after the tables of ``--radius-rule``.
 
 ``--figure PNG`` draws f(l) per sigma, one panel per initialisation, with l(5%) marked:
 every l after a run, or, with ``--from-md FILE`` (no run), the l columns of a results
@@ -37,11 +42,13 @@ from __future__ import annotations
 import argparse
 import platform
 import re
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from _common import load_averages
 from provenance import generated_by
 from scipy.optimize import linear_sum_assignment
 
@@ -172,11 +179,17 @@ def main():
     ap.add_argument("--offset", type=float, default=10.0)
     ap.add_argument("--radius-rule", default="quantile", choices=["quantile", "theory"],
                     help="quantile: the paper's 10%% quantile; theory: fixed tau = sqrt(sigma Delta)")
+    ap.add_argument("--theory-inits", nargs="*", default=[], choices=INITS,
+                    help="also tabulate the fixed radius tau = sqrt(sigma Delta) for these")
+    ap.add_argument("--notes-file", default=None, help="markdown appended after the tables")
     ap.add_argument("--out", default=None)
     ap.add_argument("--figure", default=None, metavar="PNG", help="draw f(l) to this file")
     ap.add_argument("--from-md", default=None, metavar="FILE",
                     help="with --figure: draw the tables of this results file instead of running")
     args = ap.parse_args()
+    if args.theory_inits and args.radius_rule == "theory":
+        ap.error("--theory-inits adds fixed-radius tables to the quantile ones; with "
+                 "--radius-rule theory list the initialisations in --inits")
     if args.from_md:
         if not args.figure:
             ap.error("--from-md needs --figure PNG")
@@ -185,32 +198,41 @@ def main():
                     "dotted: l(5%)")
         print(f"figure written to {args.figure}")
         return
-    drawn = {}
     shown = [l for l in (0, 1, 2, 5, 10, 20, 30, 40, 60, 80) if l <= args.max_l]
-    blocks = []
-    for init in args.inits:
-        lines = [f"\n### Initialisation: {init} (radius: {args.radius_rule})\n",
-                 "| sigma | " + " | ".join(f"l={l}" for l in shown)
-                 + " | min f | l95 | l(5%) | paper |",
-                 "|---|" + "---|" * (len(shown) + 4)]
-        for s in SIGMAS:
-            f = curve(s, init, args.repeats, args.max_l, args.offset, args.radius_rule)
-            e = elbows(f)
-            if args.radius_rule == "quantile":
-                drawn.setdefault(init, {})[s] = (list(range(len(f))), list(f), e[1])
-            lines.append(f"| {s} | " + " | ".join(f"{f[l]:.3f}" for l in shown)
-                         + f" | {f.min():.3f} | {e[0]} | {e[1]} | {e[2]} |")
-            print(init, lines[-1], flush=True)
-        blocks.append("\n".join(lines))
+    load_before, t0 = load_averages(), time.monotonic()
+    drawn = {}
+    blocks = [table(init, args.radius_rule, "###", shown, args, drawn) for init in args.inits]
+    if args.theory_inits:
+        blocks.append("\n## Fixed radius tau = sqrt(sigma Delta) (`--radius-rule theory`)")
+        blocks += [table(init, "theory", "####", shown, args, drawn) for init in args.theory_inits]
+    notes = open(args.notes_file).read() if args.notes_file else ""
     text = (generated_by() + HEADER.format(repeats=args.repeats, offset=args.offset,
-                          machine=platform.processor() or platform.machine())
-            + "\n".join(blocks) + "\n" + NOTES)
+                                          machine=platform.processor() or platform.machine())
+            + "\n".join(blocks) + f"\n\nWall time {time.monotonic() - t0:.0f} s; {load_before} "
+              f"before, {load_averages()} after.\n" + (f"\n{notes.rstrip()}\n" if notes else ""))
     if args.out:
         with open(args.out, "w") as fh:
             fh.write(text)
     print(text)
     if args.figure and drawn:
         draw_figure(drawn, args.figure, f"{args.repeats} repeats, every l; dotted: l(5%)")
+
+
+def table(init, rule, level, shown, args, drawn) -> str:
+    """The markdown table of f(l) and the elbows per sigma for one initialisation and radius
+    rule; quantile-radius curves are also kept in ``drawn`` for the figure."""
+    lines = [f"\n{level} Initialisation: {init} (radius: {rule})\n",
+             "| sigma | " + " | ".join(f"l={l}" for l in shown) + " | min f | l95 | l(5%) | paper |",
+             "|---|" + "---|" * (len(shown) + 4)]
+    for s in SIGMAS:
+        f = curve(s, init, args.repeats, args.max_l, args.offset, rule)
+        e = elbows(f)
+        if rule == "quantile":
+            drawn.setdefault(init, {})[s] = (list(range(len(f))), list(f), e[1])
+        lines.append(f"| {s} | " + " | ".join(f"{f[l]:.3f}" for l in shown)
+                     + f" | {f.min():.3f} | {e[0]} | {e[1]} | {e[2]} |")
+        print(init, rule, lines[-1], flush=True)
+    return "\n".join(lines)
 
 
 HEADER = """# Threshold-clustering Figure 4 reproduction
@@ -220,13 +242,7 @@ iterations l; {repeats} repeats; TC radius = 10% quantile of the distances, K = 
 points in 10-D from 10 blobs with centers fixed in [-10, 10]^10 (the same for every
 sigma). `offset` initialisation radius {offset}. Elbow columns: see the script's docstring
 (l95: 95% of the decrease done; l(5%): within 5% of the floor; paper: the paper's ratio
-above -0.05). Run on a shared {machine} CPU core.
-"""
-
-NOTES = """
-### Notes
-
-See the notes below the tables (written after the run).
+above -0.05). Run on a shared {machine} CPU.
 """
 
 
