@@ -1,7 +1,8 @@
 """Robustness table: every aggregator against every attack at byz_frac in {0, .05, .1, .2, .3}
 inside BR-IFCA on one synthetic clustered task; final parameter error.
 
-    python benchmarks/robust_table.py [--trials 3] [--rounds 100] [--out benchmarks/results/robust_table.md]
+    python benchmarks/robust_table.py [--trials 3] [--rounds 100] [--out benchmarks/results/robust_table.md] \
+        [--notes-file benchmarks/notes/robust_table.md]
 
 Task: ``brifca_regression`` with k = 2, m = 120 machines, d = 10, n = 50, sigma^2 = 0.2; the
 last round(byz_frac m) machines are Byzantine (own norm-3 regression data, which the
@@ -88,7 +89,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--rules", nargs="*", default=list(RULES))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--notes-file", default=None, help="markdown appended after the tables")
     args = ap.parse_args()
+    notes = open(args.notes_file).read().rstrip() + "\n" if args.notes_file else ""
     head = (generated_by() + "# Robustness table (BR-IFCA, final parameter error)\n\n" + __doc__.split("\n\n", 2)[2]
             + f"\n{args.trials} trials, {args.rounds} rounds. Columns: byz_frac. "
             "Errors above 1 (the norm of theta*) mark a breakdown.\n")
@@ -104,9 +107,10 @@ def main():
                 f"**{c:.3g}**" if c > 1 else f"{c:.3g}" for c in cells) + " |")
             print(rule, rows[-1], f"[{time.perf_counter() - t0:.1f} s]", flush=True)
         sections.append("\n".join(rows))
-        if args.out:
+        if args.out:   # after every rule; the notes once every rule is in
+            done = len(sections) == len(args.rules)
             with open(args.out, "w") as fh:
-                fh.write(head + "\n".join(sections) + "\n")
+                fh.write(head + "\n".join(sections) + "\n" + (f"\n{notes}" if done and notes else ""))
 
 
 if __name__ == "__main__":
