@@ -20,7 +20,8 @@ Prints seconds per round (median of --repeats timed rounds after one compile rou
 achieved GFLOP/s, counting 2 * (784*200 + 200*10) FLOPs per example per forward pass, K
 forwards for the loss matrix and 3 forward-equivalents per local step (forward + backward).
 
-    python benchmarks/ifca_round.py --sizes 2400:100 4800:50 --chunks default auto none 1 50 200 --evaluate
+    python benchmarks/ifca_round.py --sizes 2400:100 4800:50 --chunks default auto none 1 50 200 --evaluate \
+        [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.data.federated import FederatedData
 from fedclust_jax.models.base import with_dtype
 from fedclust_jax.models.mlp import mlp
+
+from _common import printed_to
 
 SIZES = (784, 200, 10)
 
@@ -130,7 +133,13 @@ def main():
     p.add_argument("--evaluate", action="store_true",
                    help="also time alg.evaluate and the end of run (objective + evaluate) "
                         "under the default layout")
+    p.add_argument("--out", default=None, help="also write the table to this file")
     args = p.parse_args()
+    with printed_to(args.out, __file__):
+        measure(args)
+
+
+def measure(args):
     sizes = ([tuple(int(v) for v in s.split(":")) for s in args.sizes] if args.sizes
              else [(m, args.n) for m in args.clients])
     dev = jax.devices()[0]
