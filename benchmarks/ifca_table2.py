@@ -348,7 +348,9 @@ def main(argv=None):
     participation = min(1.0, CLIENTS_PER_ROUND / n)
     local_epochs = max(1, round(rounds * CLIENTS_PER_ROUND / n))
     model = mlp((784, 32, 62)) if args.dry_run else femnist_cnn(62, conv=args.conv)
-    setting = (f"Model: {'toy MLP 784-32-62 (dry run)' if args.dry_run else 'FEMNIST CNN conv5x5 32 - pool - conv5x5 64 - pool - FC 2048 - FC 62, ' + resolve_conv(args.conv) + ' convolution'}; "
+    model_text = ("toy MLP 784-32-62 (dry run)" if args.dry_run else "FEMNIST CNN conv5x5 32 - "
+                  f"pool - conv5x5 64 - pool - FC 2048 - FC 62, {resolve_conv(args.conv)} convolution")
+    setting = (f"Model: {model_text}; "
                f"SGD lr 0.004, batch 10, {steps} steps a round (one epoch of the mean writer, "
                f"{mean_n:.0f} samples), {min(CLIENTS_PER_ROUND, n)} of {n} clients a round; "
                f"IFCA option II with weight sharing (heads per cluster); one-shot: softmax "
