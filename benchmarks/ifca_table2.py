@@ -302,6 +302,13 @@ def render(args, info, rows, setting, start_uptime, end_uptime=None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def add_conv_argument(ap: argparse.ArgumentParser) -> None:
+    """``--conv``: the FEMNIST CNN's convolution (``models.cnn``), shared with srfca_table4."""
+    ap.add_argument("--conv", default="auto", choices=CONV_IMPLS,
+                    help="the FEMNIST CNN's convolution (models.cnn; auto: patches on a CPU, "
+                         "native elsewhere); the device suite passes the faster one it measured")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data-dir", default="../shared/data",
@@ -316,9 +323,7 @@ def main(argv=None):
     ap.add_argument("--clients", type=int, default=None, help="writers (default all)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--per-chunk", type=int, default=25, help="rounds per compiled scan chunk")
-    ap.add_argument("--conv", default="auto", choices=CONV_IMPLS,
-                    help="the CNN's convolution (models.cnn; auto: patches on a CPU, native "
-                         "elsewhere); the device suite passes the faster one it measured")
+    add_conv_argument(ap)
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds; no new chunk or method starts after it (rows so far kept)")
     args = ap.parse_args(argv)

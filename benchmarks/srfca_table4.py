@@ -62,10 +62,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ifca_table2 import (block, fmt, leaf_data, ordering_lines,  # noqa: E402
+from ifca_table2 import (add_conv_argument, block, fmt, leaf_data, ordering_lines,  # noqa: E402
                          uptime, write_outputs)
 from _common import chunked_rounds  # noqa: E402
-from fedclust_jax.models.layers import CONV_IMPLS, resolve_conv  # noqa: E402
+from fedclust_jax.models.layers import resolve_conv  # noqa: E402
 from provenance import generated_by  # noqa: E402
 
 PAPER = {  # SR-FCA Table 4: test accuracy %, mean, std over 5 seeds
@@ -325,9 +325,7 @@ def main(argv=None):
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--protocol", choices=["code", "paper"], default="code")
     ap.add_argument("--per-chunk", type=int, default=25)
-    ap.add_argument("--conv", default="auto", choices=CONV_IMPLS,
-                    help="the FEMNIST CNN's convolution (models.cnn; auto: patches on a CPU, "
-                         "native elsewhere); the device suite passes the faster one it measured")
+    add_conv_argument(ap)
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds; no new chunk or method starts after it (rows so far kept)")
     args = ap.parse_args(argv)
