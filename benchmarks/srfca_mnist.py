@@ -183,14 +183,39 @@ def summarize_seeds(acc, assign, cluster):
     return accs, miscl
 
 
+def model_and_training(init: str):
+    """The MLP 784-200-10 (``init`` "torch" or "flax") and the clients' local training:
+    5 Adam steps at 2e-4, batch 50."""
+    model = mlp((784, 200, 10))
+    if init == "torch":
+        model = torch_default_init(model)
+    return model, LocalTraining(steps=5, lr=2e-4, batch_size=50, optimizer="adam")
+
+
+def baselines(kind: str, model, local: LocalTraining, ch, protocol: str, cfl_warmup: int) -> dict:
+    """IFCA, Global and CFL as this script runs them on ``kind``: name -> (algorithm,
+    rounds to scan after its init)."""
+    s, code = SETTINGS[kind], protocol == "code"
+    return {
+        # 50 rounds in all: IFCARandomSplit.init runs the first one
+        # code: every client reassigned each round, 10 members of each cluster train in
+        # sequence; paper: 10 x K clients drawn per round, trained in parallel
+        "IFCA": (IFCARandomSplit(model, IFCAConfig(
+            num_clusters=s["k"], option="model", local=local, chunk=ch, sequential=code,
+            **(dict(clients_per_cluster=10) if code else dict(participation=0.1 * s["k"])))), 49),
+        "Global": (FedAvg(model, FedAvgConfig(local=dataclasses.replace(local, lr=s["global_lr"]),
+                                              participation=0.1, sequential=code, chunk=ch)), 50),
+        "CFL": (CFL(model, CFLConfig(target_clusters=s["k"], warmup=cfl_warmup, k_max=s["k"],
+                                     local=dataclasses.replace(local, lr=s["cfl_lr"]),
+                                     chunk=ch)), s["cfl_rounds"]),
+    }
+
+
 def run_dataset(kind, datas, seeds, args, times):
     s = SETTINGS[kind]
     data = stack(datas)
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds))
-    model = mlp((784, 200, 10))
-    if args.init == "torch":
-        model = torch_default_init(model)
-    local = LocalTraining(steps=5, lr=2e-4, batch_size=50, optimizer="adam")
+    model, local = model_and_training(args.init)
     out, phases = {}, []
     ch = args.chunk
     code = args.protocol == "code"
@@ -236,19 +261,7 @@ def run_dataset(kind, datas, seeds, args, times):
     times["SR-FCA (REFINE x2)"] = times.get("SR-FCA (REFINE x2)", 0) + total
     out["SR-FCA"] = phases[-1][:2]
 
-    runs = {
-        # 50 rounds in all: IFCARandomSplit.init runs the first one
-        # code: every client reassigned each round, 10 members of each cluster train in
-        # sequence; paper: 10 x K clients drawn per round, trained in parallel
-        "IFCA": (IFCARandomSplit(model, IFCAConfig(
-            num_clusters=s["k"], option="model", local=local, chunk=ch, sequential=code,
-            **(dict(clients_per_cluster=10) if code else dict(participation=0.1 * s["k"])))), 49),
-        "Global": (FedAvg(model, FedAvgConfig(local=dataclasses.replace(local, lr=s["global_lr"]),
-                                              participation=0.1, sequential=code, chunk=ch)), 50),
-        "CFL": (CFL(model, CFLConfig(target_clusters=s["k"], warmup=args.cfl_warmup, k_max=s["k"],
-                                     local=dataclasses.replace(local, lr=s["cfl_lr"]),
-                                     chunk=ch)), s["cfl_rounds"]),
-    }
+    runs = baselines(kind, model, local, ch, args.protocol, args.cfl_warmup)
     for name, (alg, rounds) in runs.items():
         if name not in args.methods:
             continue
