@@ -356,6 +356,8 @@ def main(argv=None):
                    help="markdown file appended to the table (the committed notes: "
                         "benchmarks/notes/srfca_mnist_<protocol>.md)")
     args = p.parse_args(argv)
+    if args.notes and not Path(args.notes).exists():
+        p.error(f"--notes {args.notes}: no such file")
     if args.out is None:
         args.out = "benchmarks/results/srfca_mnist" + ("_paper" if args.protocol == "paper" else "") + ".md"
     mnist = load_mnist(Path(args.data_dir))
@@ -369,7 +371,7 @@ def main(argv=None):
         for m, (acc, mis) in results[kind].items():
             print(f"  {m}: acc {fmt(acc)} miscl {fmt(mis, digits=3) if mis else '-'}", flush=True)
     text = table(results, phases, seeds, times, args, time.perf_counter() - t0)
-    if args.notes and Path(args.notes).exists():
+    if args.notes:
         text += "\n" + Path(args.notes).read_text()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)

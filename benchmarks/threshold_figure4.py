@@ -40,6 +40,7 @@ file's quantile-radius tables.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import re
 import time
@@ -187,6 +188,8 @@ def main():
     ap.add_argument("--from-md", default=None, metavar="FILE",
                     help="with --figure: draw the tables of this results file instead of running")
     args = ap.parse_args()
+    if args.notes_file and not os.path.isfile(args.notes_file):
+        ap.error(f"--notes-file {args.notes_file}: no such file")
     if args.theory_inits and args.radius_rule == "theory":
         ap.error("--theory-inits adds fixed-radius tables to the quantile ones; with "
                  "--radius-rule theory list the initialisations in --inits")
