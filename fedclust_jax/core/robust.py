@@ -283,16 +283,21 @@ def _distances_from(flat, anchors):
 def cluster_geometric_median(values, assign, previous, *, iters: int = 10, eps: float = 1e-6):
     """Geometric median per cluster, argmin_v sum_{i in S_j} ||z_i - v||, by ``iters``
     smoothed Weiszfeld steps v <- sum_i z_i / max(eps, d_i) / sum_i 1 / max(eps, d_i)
-    (as RFA, Pillutla et al.), started from the cluster mean. Over all leaves jointly."""
+    (as RFA, Pillutla et al.), started from the cluster mean. Over all leaves jointly.
+
+    Distances are taken exactly from each iterate (one [M, P] pass per cluster a step): an
+    expansion around the starting means, which outliers pull far from the good members,
+    loses float32 precision in exactly the distances the weights need."""
     def fn(flat, assign, prev):
         k = prev.shape[0]
         member = jax.nn.one_hot(assign, k, dtype=jnp.float32).T          # [K, M]
         v = jnp.dot(member / jnp.maximum(member.sum(1, keepdims=True), 1.0), flat,
                     precision=lax.Precision.HIGHEST)
-        dist = _distances_from(flat, v)
+        mu = flat.mean(0, keepdims=True)
+        z = flat - mu
 
         def step(v, _):
-            d = jnp.sqrt(dist(v)).T                                       # [K, M]
+            d = jnp.sqrt(exact_sq_distances(z, v - mu)).T                 # [K, M]
             w = member / jnp.maximum(d, eps)
             w = w / jnp.maximum(w.sum(1, keepdims=True), 1e-30)
             return jnp.dot(w, flat, precision=lax.Precision.HIGHEST), None
