@@ -83,12 +83,12 @@ def snapshot(args) -> None:
                 return alg.round(s, jax.random.fold_in(key, t + 1), data)[0], None
             return jax.lax.scan(body, state, jnp.arange(start, stop))[0]
 
+        step = jax.jit(jax.vmap(advance, in_axes=(0, 0, 0, None, None)), static_argnums=(3, 4))
         state = jax.jit(jax.vmap(lambda k, d: alg.init(jax.random.fold_in(k, 0), d)))(keys, data)
         done = 0
         for c in args.checkpoints:
             stop = c - first
             if stop > done:
-                step = jax.jit(jax.vmap(advance, in_axes=(0, 0, 0, None, None)), static_argnums=(3, 4))
                 state = step(state, keys, data, done, stop)
                 done = stop
             for i, leaf in enumerate(jax.tree.leaves(state.params)):
