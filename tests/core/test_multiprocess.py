@@ -47,13 +47,18 @@ def run_processes(out_path, num_processes=2, rounds=None):
     return [p.returncode for p in procs], logs
 
 
-def test_two_processes_equal_one(tmp_path):
+@pytest.fixture(scope="module")
+def one():
+    """The uninterrupted single-process run both tests compare with."""
+    return run_experiment(ExperimentConfig(**CONFIG), progress=False)
+
+
+def test_two_processes_equal_one(tmp_path, one):
     out_path = str(tmp_path / "two.json")
     codes, logs = run_processes(out_path)
     assert codes == [0, 0], "\n".join(log[-2000:] for log in logs)
     two = json.load(open(out_path))
     assert two["process_count"] == 2 and two["device_count"] == 2
-    one = run_experiment(ExperimentConfig(**CONFIG), progress=False)
     np.testing.assert_allclose(two["history"]["train_loss"], one["history"]["train_loss"], rtol=1e-5)
     np.testing.assert_allclose(two["restarts"]["objective"], one["restarts"]["objective"], rtol=1e-5)
     for key in ("test_loss", "misclustering", "param_error"):
@@ -69,7 +74,7 @@ def test_two_processes_equal_one(tmp_path):
         assert (CONFIG["restarts"], CONFIG["data"]["num_clients"]) in shapes  # assign [R, N]
 
 
-def test_two_processes_resume_from_their_checkpoint(tmp_path):
+def test_two_processes_resume_from_their_checkpoint(tmp_path, one):
     """Two processes stop after round 2; two new ones resume from the checkpoint (every
     process reads it and keeps its own shards) and end where one uninterrupted process ends.
     The checkpoint's history is scaled by 10 before resuming, so the resumed run's first two
@@ -86,7 +91,6 @@ def test_two_processes_resume_from_their_checkpoint(tmp_path):
     codes, logs = run_processes(out_path, rounds=CONFIG["rounds"])
     assert codes == [0, 0], "\n".join(log[-2000:] for log in logs)
     resumed = json.load(open(out_path))
-    one = run_experiment(ExperimentConfig(**CONFIG), progress=False)
     loss, want = np.asarray(resumed["history"]["train_loss"]), np.asarray(one["history"]["train_loss"])
     np.testing.assert_allclose(loss[:2], 10 * want[:2], rtol=1e-5)
     np.testing.assert_allclose(loss[2:], want[2:], rtol=1e-5)
