@@ -68,7 +68,8 @@ def test_states_split_over_8_devices_save_and_load(tmp_path):
                    for a, b in zip(jax.tree.leaves(s), jax.tree.leaves(back)))
         print(json.dumps([jax.device_count(), str(s["models"].sharding.spec), done, same]))
     """)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+    env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+               + " --xla_force_host_platform_device_count=8",
                JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=120, cwd=ROOT)
