@@ -30,7 +30,8 @@ def free_port() -> int:
 def run_processes(out_path, num_processes=2, rounds=None):
     port = free_port()
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)  # one CPU device per process
+    env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()  # one CPU device
+                                if "device_count" not in f)                    # per process
     procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "multiprocess_run.py"), str(port),
                                str(num_processes), str(i), out_path]
                               + ([] if rounds is None else [str(rounds)]),
@@ -49,50 +50,43 @@ def run_processes(out_path, num_processes=2, rounds=None):
 
 @pytest.fixture(scope="module")
 def one():
-    """The uninterrupted single-process run both tests compare with."""
+    """The uninterrupted single-process run."""
     return run_experiment(ExperimentConfig(**CONFIG), progress=False)
 
 
-def test_two_processes_equal_one(tmp_path, one):
-    out_path = str(tmp_path / "two.json")
-    codes, logs = run_processes(out_path)
-    assert codes == [0, 0], "\n".join(log[-2000:] for log in logs)
-    two = json.load(open(out_path))
-    assert two["process_count"] == 2 and two["device_count"] == 2
-    np.testing.assert_allclose(two["history"]["train_loss"], one["history"]["train_loss"], rtol=1e-5)
-    np.testing.assert_allclose(two["restarts"]["objective"], one["restarts"]["objective"], rtol=1e-5)
-    for key in ("test_loss", "misclustering", "param_error"):
-        np.testing.assert_allclose(two["metrics"][key], one["metrics"][key], rtol=1e-5)
-    assert one["metrics"]["misclustering"] == 0.0  # the run does cluster: the match is not trivial
-    # the checkpoint of the sharded states: gathered whole, written by process 0
-    with np.load(out_path + ".ckpt.npz") as ck:
-        meta = json.loads(bytes(ck["meta"]).decode())
-        assert meta["rounds_done"] == CONFIG["rounds"]
-        np.testing.assert_allclose(ck["history_train_loss"][two["restarts"]["chosen"]],
-                                   two["history"]["train_loss"], rtol=1e-6)
-        shapes = [ck[k].shape for k in ck.files if k.startswith("state_")]
-        assert (CONFIG["restarts"], CONFIG["data"]["num_clients"]) in shapes  # assign [R, N]
-
-
-def test_two_processes_resume_from_their_checkpoint(tmp_path, one):
-    """Two processes stop after round 2; two new ones resume from the checkpoint (every
-    process reads it and keeps its own shards) and end where one uninterrupted process ends.
-    The checkpoint's history is scaled by 10 before resuming, so the resumed run's first two
-    rounds show that the file was read rather than the rounds rerun."""
+def test_two_processes_equal_one_and_resume_from_their_checkpoint(tmp_path, one):
+    """Two processes run rounds 1-2 and match one process; two new ones resume from the
+    checkpoint (every process reads it and keeps its own shards) and end where one
+    uninterrupted process ends. The checkpoint's history is scaled by 10 before resuming, so
+    the resumed run's first two rounds show that the file was read rather than the rounds
+    rerun. (One test for both: each pair of processes costs a JAX start and a compile.)"""
     out_path = str(tmp_path / "two.json")
     codes, logs = run_processes(out_path, rounds=2)
     assert codes == [0, 0], "\n".join(log[-2000:] for log in logs)
+    first = json.load(open(out_path))
+    assert first["process_count"] == 2 and first["device_count"] == 2
+    want = np.asarray(one["history"]["train_loss"])
+    np.testing.assert_allclose(first["history"]["train_loss"], want[:2], rtol=1e-5)
+    # the checkpoint of the sharded states: gathered whole, written by process 0
     ckpt_path = out_path + ".ckpt.npz"
     with np.load(ckpt_path) as ck:
         arrays = {k: ck[k] for k in ck.files}
     assert json.loads(bytes(arrays["meta"]).decode())["rounds_done"] == 2
+    np.testing.assert_allclose(arrays["history_train_loss"][first["restarts"]["chosen"]],
+                               first["history"]["train_loss"], rtol=1e-6)
+    shapes = [a.shape for k, a in arrays.items() if k.startswith("state_")]
+    assert (CONFIG["restarts"], CONFIG["data"]["num_clients"]) in shapes  # assign [R, N]
     arrays["history_train_loss"] = 10 * arrays["history_train_loss"]
     np.savez(ckpt_path, **arrays)
     codes, logs = run_processes(out_path, rounds=CONFIG["rounds"])
     assert codes == [0, 0], "\n".join(log[-2000:] for log in logs)
     resumed = json.load(open(out_path))
-    loss, want = np.asarray(resumed["history"]["train_loss"]), np.asarray(one["history"]["train_loss"])
+    assert resumed["process_count"] == 2 and resumed["device_count"] == 2
+    loss = np.asarray(resumed["history"]["train_loss"])
     np.testing.assert_allclose(loss[:2], 10 * want[:2], rtol=1e-5)
     np.testing.assert_allclose(loss[2:], want[2:], rtol=1e-5)
+    np.testing.assert_allclose(resumed["restarts"]["objective"], one["restarts"]["objective"],
+                               rtol=1e-5)
     for key in ("test_loss", "misclustering", "param_error"):
         np.testing.assert_allclose(resumed["metrics"][key], one["metrics"][key], rtol=1e-5)
+    assert one["metrics"]["misclustering"] == 0.0  # the run does cluster: the match is not trivial
