@@ -112,13 +112,15 @@ def test_trimmed_kmeans_random_seeding_with_restarts_avoids_outliers():
     truth = np.repeat(np.arange(6), 15)
     pure = lambda lab: (len(set(np.asarray(lab)[:90])) == 6 and
                         all(len(set(np.asarray(lab)[:90][truth == j])) == 1 for j in range(6)))
-    keys = jax.random.split(jax.random.key(0), 8)
-    assert not any(pure(trimmed_kmeans(kk, pts, 6, 0.2, 20)[1]) for kk in keys)
-    singles = [trimmed_kmeans(kk, pts, 6, 0.2, 20, seeding="random") for kk in
-               jax.random.split(jax.random.key(1), 16)]
-    centers_b, labels_b = best_trimmed_kmeans(jax.random.key(1), pts, 6, 0.2, 20, 16, "random")
-    assert float(trimmed_cost(pts, centers_b, 0.2)) <= min(
-        float(trimmed_cost(pts, c, 0.2)) for c, _ in singles) + 1e-3
+    # each seeding over a batch of keys: one compiled program per call (not one per key)
+    runs = jax.jit(jax.vmap(lambda kk, seeding: trimmed_kmeans(kk, pts, 6, 0.2, 20, seeding=seeding),
+                            in_axes=(0, None)), static_argnums=1)
+    assert not any(pure(lab) for lab in runs(jax.random.split(jax.random.key(0), 8), "kmeans++")[1])
+    singles = runs(jax.random.split(jax.random.key(1), 16), "random")[0]
+    centers_b, labels_b = jax.jit(lambda kk: best_trimmed_kmeans(kk, pts, 6, 0.2, 20, 16, "random"))(
+        jax.random.key(1))
+    costs = jax.jit(jax.vmap(lambda c: trimmed_cost(pts, c, 0.2)))(singles)
+    assert float(trimmed_cost(pts, centers_b, 0.2)) <= float(costs.min()) + 1e-3
     assert pure(labels_b)
     with pytest.raises(ValueError, match="kmeans_restarts"):
         ThreeStageConfig(kmeans_restarts=0)

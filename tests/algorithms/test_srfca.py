@@ -50,20 +50,23 @@ def test_cross_cluster_loss_definition_pair_by_pair():
                                            dim=3, num_classes=3)
     data = data.replace(count=jnp.asarray([7, 5, 7, 3, 6], jnp.int32))
     model = mlp((3, 3))
-    w = jax.vmap(model.init)(jax.random.split(jax.random.key(1), 5))      # client models
-    omega = jax.vmap(model.init)(jax.random.split(jax.random.key(2), 2))  # cluster models
+    init = jax.jit(jax.vmap(model.init))    # jitted: one program each, not one per operation
+    w = init(jax.random.split(jax.random.key(1), 5))      # client models
+    omega = init(jax.random.split(jax.random.key(2), 2))  # cluster models
     member = jnp.asarray([[1, 0, 1, 0, 0], [0, 1, 0, 1, 1]], bool)
+
+    loss = jax.jit(model.loss)                        # one program per client size n
 
     def f(i, params):                                 # f_i(w): client i's empirical loss
         n = int(data.count[i])
-        return float(model.loss(params, data.x[i, :n], data.y[i, :n], jnp.ones(n, bool)))
+        return float(loss(params, data.x[i, :n], data.y[i, :n], jnp.ones(n, bool)))
 
     one = lambda tree, j: jax.tree.map(lambda a: a[j], tree)
-    L, _ = loss_matrix(model, w, data.x, data.y, data.count)
-    Lc, _ = loss_matrix(model, omega, data.x, data.y, data.count)
-    dcc = np.asarray(pairwise.client_cross_loss(L))
-    dic = np.asarray(pairwise.client_cluster_cross_loss(L, Lc, member))
-    dkk = np.asarray(pairwise.cluster_cross_loss(Lc, member))
+    losses = jax.jit(lambda p: loss_matrix(model, p, data.x, data.y, data.count)[0])
+    L, Lc = losses(w), losses(omega)
+    dcc = np.asarray(jax.jit(pairwise.client_cross_loss)(L))
+    dic = np.asarray(jax.jit(pairwise.client_cluster_cross_loss)(L, Lc, member))
+    dkk = np.asarray(jax.jit(pairwise.cluster_cross_loss)(Lc, member))
     groups = [np.flatnonzero(m) for m in np.asarray(member)]
     for i in range(5):
         for j in range(5):
