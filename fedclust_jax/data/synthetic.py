@@ -82,6 +82,18 @@ def mixed_linear_regression(key, *, num_clients: int = 100, num_clusters: int = 
         cluster=cluster, true_params=theta, task="regression", num_classes=0)
 
 
+@functools.partial(jax.jit, static_argnums=3)
+def mixture_draws(key, centres, cluster, n: int, noise_std):
+    """n points per client of the mixture: class c uniform, x = centres[c] + N(0,
+    noise_std^2 I), label (c + cluster_i) mod C. centres [C, d], cluster int32[m] ->
+    x [m, n, d], y int32[m, n]. (Module level, so equal shapes reuse one program.)"""
+    kc, kx = jax.random.split(key)
+    num_classes, dim = centres.shape
+    c = jax.random.randint(kc, (cluster.shape[0], n), 0, num_classes)
+    x = centres[c] + noise_std * jax.random.normal(kx, (cluster.shape[0], n, dim))
+    return x, ((c + cluster[:, None]) % num_classes).astype(jnp.int32)
+
+
 def gaussian_mixture_classification(key, *, num_clients: int = 100, num_clusters: int = 4,
                                     samples_per_client: int = 100,
                                     test_samples_per_client: int = 100, dim: int = 20,
@@ -102,16 +114,8 @@ def gaussian_mixture_classification(key, *, num_clients: int = 100, num_clusters
     cluster = equal_cluster_ids(num_clients, num_clusters)
     k_mu, k_train, k_test = jax.random.split(key, 3)
     centres = class_separation * jax.random.normal(k_mu, (num_classes, dim)) / jnp.sqrt(dim)
-
-    def draw(k, n):
-        kc, kx = jax.random.split(k)
-        c = jax.random.randint(kc, (num_clients, n), 0, num_classes)
-        x = centres[c] + noise_std * jax.random.normal(kx, (num_clients, n, dim))
-        y = (c + cluster[:, None]) % num_classes
-        return x, y.astype(jnp.int32)
-
-    x, y = jax.jit(draw, static_argnums=1)(k_train, samples_per_client)
-    x_test, y_test = jax.jit(draw, static_argnums=1)(k_test, test_samples_per_client)
+    x, y = mixture_draws(k_train, centres, cluster, samples_per_client, noise_std)
+    x_test, y_test = mixture_draws(k_test, centres, cluster, test_samples_per_client, noise_std)
     return FederatedData(
         x=x, y=y, count=jnp.full(num_clients, samples_per_client, jnp.int32),
         x_test=x_test, y_test=y_test,
