@@ -4,7 +4,10 @@
 least every ``PROGRESS_EVERY_S`` seconds (or after every round when one round is slower):
 the first two chunks are one round each (the first compiles, the second measures a
 round), then chunks last about ``target_s`` seconds; at most three chunk lengths are
-compiled (1, the measured length, and a remainder). A fixed ``rounds_per_chunk`` instead
+compiled (1, the measured length, and a remainder). When the rest of the run, one round a
+chunk, is expected to take less time than compiling the first chunk took (the first
+chunk's time less the second's), the rest stays at one round a chunk: short runs compile
+one program. A fixed ``rounds_per_chunk`` instead
 gives chunks of that many rounds (the divisor of ``rounds`` nearest to it).
 
 ``Progress`` writes one line to stderr: updated in place on a terminal, plain lines (no
@@ -50,14 +53,18 @@ class ChunkSchedule:
         self.fixed = None if rounds_per_chunk is None else chunk_length(rounds, rounds_per_chunk)
         self.length = None          # measured chunk length, once known
         self.seconds_per_round = None
+        self.first_s = None         # wall time of the first chunk (compilation included)
         self._last = None           # (start, stop, clock at start)
         self._chunks = 0
 
     def next_stop(self, start: int) -> int:
         now = self.clock()
-        if self._last is not None and self._last[1] == start and self._chunks >= 2:
-            # the chunk that just ended ran after the first one (which compiled)
-            self.seconds_per_round = (now - self._last[2]) / max(self._last[1] - self._last[0], 1)
+        if self._last is not None and self._last[1] == start:
+            took = now - self._last[2]
+            if self._chunks == 1:
+                self.first_s = took
+            else:  # the chunk that just ended ran after the first one (which compiled)
+                self.seconds_per_round = took / max(self._last[1] - self._last[0], 1)
         self._chunks += 1
         stop = min(self.rounds, start + self._length(start))
         self._last = (start, stop, now)
@@ -71,7 +78,10 @@ class ChunkSchedule:
         if self.length is None:
             want = max(1, int(self.target_s / max(self.seconds_per_round, 1e-9)))
             left = self.rounds - start
-            if want >= left:
+            compile_s = None if self.first_s is None else self.first_s - self.seconds_per_round
+            if compile_s is not None and left * self.seconds_per_round < compile_s:
+                self.length = 1     # running the rest costs less than compiling a longer chunk
+            elif want >= left:
                 self.length = left
             else:  # prefer a divisor of what is left, so no remainder program is compiled
                 divs = [d for d in range(max(1, want // 2), want + 1) if left % d == 0]

@@ -24,13 +24,24 @@ def test_chunks_keep_reports_within_ten_seconds():
         chunks = simulate(300, spr)
         assert chunks[-1][0] == 300
         assert all(took <= PROGRESS_EVERY_S for _, took in chunks[1:]), (spr, chunks)
-        lengths = {b - a for (a, _), (b, _) in zip([(0, 0)] + chunks, chunks)}
-        assert len(lengths) <= 3  # few compiled chunk lengths
+        assert len(lengths(chunks)) <= 3  # few compiled chunk lengths
+
+
+def lengths(chunks):
+    return {b - a for (a, _), (b, _) in zip([(0, 0)] + chunks, chunks)}
 
 
 def test_fast_rounds_run_in_few_chunks_and_slow_rounds_one_at_a_time():
-    assert len(simulate(300, 1e-4)) == 3
+    assert len(simulate(300, 0.05)) == 5            # 1, 1, then 100, 100, 98
     assert [s for s, _ in simulate(5, 240.0)] == [1, 2, 3, 4, 5]
+
+
+def test_a_rest_faster_than_a_compile_stays_at_one_round_a_chunk():
+    """298 rounds of 0.1 ms (0.03 s) or 2 of 10 ms cost less than the 3 s compile of a
+    longer chunk: one program; 298 rounds of 20 ms (6 s) are worth a second one."""
+    assert lengths(simulate(300, 1e-4)) == {1}
+    assert lengths(simulate(4, 0.01)) == {1}
+    assert lengths(simulate(300, 0.02)) == {1, 149}
 
 
 def test_fixed_chunk_length_is_a_divisor():
