@@ -158,7 +158,7 @@ def test_same_config_and_seed_give_identical_results():
     assert a["restarts"]["objective"] == b["restarts"]["objective"]
 
 
-def test_figure3_success_point():
+def test_figure3_success_point(tmp_path):
     """IFCA paper Fig. 3(a) setting: k=2, m=100, n=100, d=1000. theta*_j: Bernoulli(0.5)^d
     rescaled to norm R = 1 (the paper's scaling; separation about R), sigma = 0.1, so
     0.6 sigma = 0.06. Option I with gamma = 0.1 (from the paper's sweep {0.01, 0.1, 1}; gamma = 1
@@ -168,23 +168,24 @@ def test_figure3_success_point():
     About 1 restart in 10 separates the clusters from this initialisation; seed 1 has one
     (seed 0 had none once the init and round keys were split; 1 of 10 before).
 
-    Run in a subprocess at XLA's default optimisation level: its 300 rounds of d = 1000
-    products run about twice as fast there as under the suite's fast-compile level."""
-    cfg = dict(
+    Run as ``fedclust-jax run --config`` in a subprocess at XLA's default optimisation level:
+    its 300 rounds of d = 1000 products run about twice as fast there as under the suite's
+    fast-compile level."""
+    study = dict(
         dataset="synthetic-regression",
         data=dict(num_clients=100, num_clusters=2, samples_per_client=100, dim=1000,
                   noise_std=0.1, separation=1.0, scaling="norm"),
         model_args=dict(init="bernoulli", init_scale=1.0),
-        algorithm="ifca", params=dict(num_clusters=2, option="gradient", lr=0.1),
+        algorithms=dict(ifca=dict(num_clusters=2, option="gradient", lr=0.1)),
         rounds=300, restarts=10, seed=1)
-    code = ("import json, sys; from fedclust_jax.experiment import ExperimentConfig, run_experiment; "
-            "r = run_experiment(ExperimentConfig(**json.loads(sys.argv[1])), progress=False); "
-            "print(json.dumps(r['metrics']))")
+    (tmp_path / "study.json").write_text(json.dumps(study))
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "optimization_level" not in f]
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(cfg)], capture_output=True,
-                         text=True, timeout=600, env=dict(os.environ, XLA_FLAGS=" ".join(flags)))
+    out = subprocess.run([sys.executable, "-m", "fedclust_jax.cli", "run", "--config",
+                          str(tmp_path / "study.json"), "--output", str(tmp_path / "out.json"),
+                          "--no-progress"], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, XLA_FLAGS=" ".join(flags)))
     assert out.returncode == 0, out.stderr[-2000:]
-    metrics = json.loads(out.stdout.strip().splitlines()[-1])
+    metrics = json.loads((tmp_path / "out.json").read_text())[0]["metrics"]
     assert metrics["misclustering"] == 0.0
     assert metrics["param_error"] <= 0.6 * 0.1
 
