@@ -109,12 +109,12 @@ def run_setting(name, seed, a, data, train, score):
     rb = SETTINGS[name][1]
     test_x = to_unit(xte[np.isin(yte, digits)], rng, rb)
     test_y = yte[np.isin(yte, digits)]
+    centres = [jnp.asarray(test_x[i:i + 500]) + 0.5 / 256 for i in range(0, len(test_x), 500)]
     lls, traces = [], []
     for j, dgt in enumerate(digits):
         t = time.time()
         params, trace = train(jax.random.key(10 + j + 1000 * seed),
                               to_unit(xtr[ytr == dgt], rng, rb), a.steps)
-        centres = [jnp.asarray(test_x[i:i + 500]) + 0.5 / 256 for i in range(0, len(test_x), 500)]
         lls.append(np.concatenate([np.asarray(score(params, x)) for x in centres]))
         traces.append(trace)
         print(f"{name} seed {seed}: flow for digit {dgt}: NLL {trace[0]:.0f} -> {trace[-1]:.0f} "
