@@ -1,6 +1,7 @@
 """What benchmark scripts share: one child process per configuration (``--one CFG``),
-per-round timing marks, peak memory, the head of a result file (or a whole one from what a
-script prints), and rounds run in compiled chunks under a deadline.
+per-round timing marks, peak memory, result-file paths checked at the command line, the
+head of a result file (or a whole one from what a script prints), and rounds run in
+compiled chunks under a deadline.
 
 A script using it runs from the command line as ``python benchmarks/<script>.py``, so this
 folder is on ``sys.path``; ``run_child`` also puts the repository root there.
@@ -23,6 +24,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def load_averages() -> str:
     """The load averages (1, 5, 15 minutes) as ``uptime`` prints them."""
     return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def output_file(path: str) -> str:
+    """argparse ``type`` of a result-file option: creates the file's folder and checks that
+    the file can be written, so a wrong path stops the command before the run, not after it."""
+    from fedclust_jax.results import check_output_path
+    try:
+        check_output_path(path, "path")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return path
 
 
 def peak_memory_mb(backend: str) -> float:

@@ -57,7 +57,7 @@ from fedclust_jax.metrics import matched_distances, parameter_error
 from fedclust_jax.models.linear import linear_regression
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import append_jsonl  # noqa: E402
+from _common import append_jsonl, output_file  # noqa: E402
 
 PANELS = {
     "a": [(5, 200, d) for d in (20, 50, 100, 200, 500)],
@@ -350,14 +350,14 @@ def main(argv=None):
     ap.add_argument("--max-clients", type=int, default=10_000)
     ap.add_argument("--dims", nargs="*", type=int, default=None, help="subset of d (panels a, b)")
     ap.add_argument("--ks", nargs="*", type=int, default=None, help="subset of k (panel c)")
-    ap.add_argument("--out", default=None,
+    ap.add_argument("--out", type=output_file, default=None,
                     help="run: JSONL file, one record appended per (setting, method); "
                          "--combine: the markdown file to write")
     ap.add_argument("--combine", nargs="+", metavar="JSONL",
                     help="only write the tables (--out) from JSONL files of --out")
     ap.add_argument("--notes-file", default=None,
                     help="markdown appended to the --combine output (committed notes)")
-    ap.add_argument("--per-trial", default=None,
+    ap.add_argument("--per-trial", type=output_file, default=None,
                     help="JSON-lines file: every trial's errors (overall and per cluster), each "
                          "model's final honest and Byzantine client counts, and the smallest "
                          "true-centre distance")
@@ -368,7 +368,7 @@ def main(argv=None):
                     help="BR-IFCA's coordinate-wise sorting backend (core.robust module docstring)")
     ap.add_argument("--summarize", default=None, metavar="FILE",
                     help="only print the per-trial summary of a --per-trial or --out JSONL file")
-    ap.add_argument("--figure", default=None, metavar="PNG",
+    ap.add_argument("--figure", type=output_file, default=None, metavar="PNG",
                     help="only draw the figure from --cells and --near-truth (no run)")
     ap.add_argument("--cells", nargs="+", default=[os.path.join(RESULTS, "brifca_figure1.jsonl")],
                     help="JSONL files of --out whose random-init records --figure draws")

@@ -36,6 +36,7 @@ from fedclust_jax.models.clustergan import clustergan_nets
 
 sys.path.insert(0, str(Path(__file__).parent))
 from uifca_table43 import PS, THESIS, load_mnist_uint8, pools_for  # noqa: E402
+from _common import output_file  # noqa: E402
 
 FULL = dict(points=None, fill=0.95, rounds=800, local_steps=100, critic_steps=5, batch=64,
             lr=5e-3, optimizer="sgd", width=64, fc_width=1024, noise_dim=30)
@@ -67,7 +68,7 @@ def main():
     ap.add_argument("--noise-dim", type=int, default=FULL["noise_dim"])
     ap.add_argument("--eval-every", type=int, default=40)
     ap.add_argument("--chunk", type=int, default=None)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results"
+    ap.add_argument("--out", type=output_file, default=str(Path(__file__).parent / "results"
                                          / "uifca_table43_clustergan.md"))
     a = ap.parse_args()
     xtr, ytr, _, _ = load_mnist_uint8(a.data_dir)

@@ -76,7 +76,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import chunked_rounds  # noqa: E402
+from _common import chunked_rounds, output_file  # noqa: E402
 import device_results  # noqa: E402
 
 PARTS = ("tests", "ifca_round", "ifca_separation", "sweep", "scale", "robust", "cross_loss", "cnn_conv",
@@ -587,7 +587,7 @@ def main(argv=None):
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
     ap.add_argument("--init", default="torch", choices=["flax", "torch"],
                     help="MLP initialisation for IFCA Table 1 (torch: the authors' code)")
-    ap.add_argument("--archive", default=None,
+    ap.add_argument("--archive", type=output_file, default=None,
                     help="also write the --out folder as this .tar.gz after every part (a device "
                          "run brings back at most 8 files: pass $OUT/device_suite.tar.gz)")
     ap.add_argument("--dry-run", action="store_true", help="every part at toy size (CPU)")

@@ -49,6 +49,7 @@ from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig  # noqa: E402
 from fedclust_jax.core.train import LocalTraining  # noqa: E402
 from fedclust_jax.data.synthetic import mixed_linear_regression  # noqa: E402
 from fedclust_jax.models.linear import linear_regression  # noqa: E402
+from _common import output_file  # noqa: E402
 
 GAMMAS = {2: (0.01, 0.1, 1.0), 4: (0.5, 1.0, 2.0)}
 SIGMAS = (0.0, 0.1, 0.2, 0.4)
@@ -175,7 +176,6 @@ def run(args):
         points = [points[i] for i in args.points]
     if args.rounds % args.record:
         raise ValueError(f"--rounds ({args.rounds}) must be a multiple of --record ({args.record})")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     for point in points:
         t0, cpu0, load = time.time(), time.process_time(), uptime()
         res = run_point(point, k=panel["k"], d=panel["d"], trials=args.trials, inits=args.inits,
@@ -288,7 +288,7 @@ def main(argv=None):
     ap.add_argument("--chunk", type=parse_chunk, default="auto",
                     help="IFCA's client layout: auto (default; one client at a time on a CPU, "
                          "the fastest measured), none (one vmap over all clients) or an integer")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", type=output_file, required=True)
     ap.add_argument("--combine", nargs="+", help="JSONL files to turn into the table and figure")
     ap.add_argument("--notes-file")
     args = ap.parse_args(argv)

@@ -42,7 +42,7 @@ from fedclust_jax.data.federated import FederatedData
 from fedclust_jax.models.base import with_dtype
 from fedclust_jax.models.mlp import mlp
 
-from _common import printed_to
+from _common import output_file, printed_to
 
 SIZES = (784, 200, 10)
 
@@ -133,7 +133,7 @@ def main():
     p.add_argument("--evaluate", action="store_true",
                    help="also time alg.evaluate and the end of run (objective + evaluate) "
                         "under the default layout")
-    p.add_argument("--out", default=None, help="also write the table to this file")
+    p.add_argument("--out", type=output_file, default=None, help="also write the table to this file")
     args = p.parse_args()
     with printed_to(args.out, __file__):
         measure(args)

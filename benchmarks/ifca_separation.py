@@ -53,6 +53,7 @@ from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.data.recipes import ifca_rotated_mnist
 from fedclust_jax.models.mlp import mlp
+from _common import output_file  # noqa: E402
 
 VARIANTS = ("flax", "torch", "torch-zero-bias", "flax-small")
 
@@ -168,7 +169,7 @@ def main(argv=None):
                         "about 3 x clients x 159k x 4 bytes each)")
     p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_DATA", "../shared/data"),
                    help="folder holding mnist/ (IDX files)")
-    p.add_argument("--out", default="benchmarks/results/ifca_separation.md")
+    p.add_argument("--out", type=output_file, default="benchmarks/results/ifca_separation.md")
     p.add_argument("--combine", nargs="+", metavar="FILE",
                    help="only write a summary table of these result files to --out")
     p.add_argument("--notes-file", default=None, help="markdown appended to the --combine output")

@@ -35,6 +35,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import output_file  # noqa: E402
 
 
 def uptime() -> str:
@@ -49,7 +50,7 @@ def main():
     p.add_argument("--writers", type=int, default=20)
     p.add_argument("--k", type=int, nargs="+", default=[2, 3])
     p.add_argument("--reps", type=int, default=2, help="timed calls per program")
-    p.add_argument("--out", default=None, help="also write the table here")
+    p.add_argument("--out", type=output_file, default=None, help="also write the table here")
     args = p.parse_args()
 
     import jax

@@ -61,7 +61,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from _common import chunked_rounds  # noqa: E402
+from _common import chunked_rounds, output_file  # noqa: E402
 from fedclust_jax.models.layers import CONV_IMPLS, resolve_conv  # noqa: E402
 from provenance import generated_by  # noqa: E402
 
@@ -313,7 +313,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data-dir", default="../shared/data",
                     help="folder holding femnist-leaf/ (LEAF train/ and test/)")
-    ap.add_argument("--out", default="benchmarks/results/ifca_table2.md")
+    ap.add_argument("--out", type=output_file, default="benchmarks/results/ifca_table2.md")
     ap.add_argument("--full", action="store_true", help=f"the full schedule ({FULL_ROUNDS} rounds, "
                     "5 seeds; for an accelerator)")
     ap.add_argument("--dry-run", action="store_true", help="toy size on the CPU (seconds)")

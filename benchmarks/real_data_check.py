@@ -20,7 +20,7 @@ from fedclust_jax.data.leaf import (SHAKESPEARE_CHARS, find_leaf, load_leaf_clie
                                    read_leaf_folder, time_split)
 from fedclust_jax.data.sources import load_images
 
-from _common import printed_to
+from _common import output_file, printed_to
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = jax.random.key(0)
@@ -110,7 +110,7 @@ def check_digits():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data_dir", nargs="?", default=str(REPO.parent / "shared" / "data"))
-    parser.add_argument("--out", default=None, help="also write what is printed to this file")
+    parser.add_argument("--out", type=output_file, default=None, help="also write what is printed to this file")
     args = parser.parse_args()
     with printed_to(args.out, __file__):
         print(f"data dir: {Path(args.data_dir).name} (../shared/data by default)")

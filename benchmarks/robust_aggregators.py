@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, load_averages  # noqa: E402
+from _common import load_averages, output_file, ROOT  # noqa: E402
 from provenance import generated_by  # noqa: E402
 
 VARIANTS = ("median / packed", "median / masked", "median / numpy", "trimmed mean / packed",
@@ -205,9 +205,9 @@ def main(argv=None):
     ap.add_argument("--trials", type=int, default=0, help="vmap over this many problems (0: one)")
     ap.add_argument("--only", nargs="*", default=[], help="variants whose name has one of these")
     ap.add_argument("--skip", nargs="*", default=[], help="variants whose name has one of these")
-    ap.add_argument("--out", default=None,
+    ap.add_argument("--out", type=output_file, default=None,
                     help="run: markdown file the table is appended to; --combine: the file written")
-    ap.add_argument("--jsonl", default=None, help="run: JSONL file, one record appended per variant")
+    ap.add_argument("--jsonl", type=output_file, default=None, help="run: JSONL file, one record appended per variant")
     ap.add_argument("--combine", nargs="+", metavar="FILE",
                     help="only write --out from JSONL records (--jsonl) and markdown (--out)")
     ap.add_argument("--notes-file", default=None, help="markdown appended to the --combine output")

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from provenance import generated_by
+from _common import output_file
 
 from fedclust_jax.algorithms.brifca import BRIFCA, BRIFCAConfig
 from fedclust_jax.attacks.byzantine import num_byzantine
@@ -88,7 +89,7 @@ def main():
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--rules", nargs="*", default=list(RULES))
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", type=output_file, default=None)
     ap.add_argument("--notes-file", default=None, help="markdown appended after the tables")
     args = ap.parse_args()
     notes = open(args.notes_file).read().rstrip() + "\n" if args.notes_file else ""

@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from _common import ROOT, load_averages, write_markdown
+from _common import load_averages, output_file, ROOT, write_markdown
 
 CHECKPOINTS = (1, 2, 5, 10, 20, 50)
 
@@ -160,7 +160,7 @@ def main(argv=None):
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--isa", default="AVX", help="XLA CPU instruction set of run B (run A: the host's)")
     mode.add_argument("--commits", nargs=2, metavar=("A", "B"), help="compare two commits instead")
-    p.add_argument("--out", default=None, help="markdown result file (default: print only)")
+    p.add_argument("--out", type=output_file, default=None, help="markdown result file (default: print only)")
     p.add_argument("--snapshot", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.checkpoints != sorted(set(args.checkpoints)) or args.checkpoints[0] < 1:

@@ -44,7 +44,7 @@ import subprocess
 import sys
 import time
 
-from _common import (ROOT, add_child_arguments, check_marks, child_command, child_record,
+from _common import (output_file, ROOT, add_child_arguments, check_marks, child_command, child_record,
                      data_dir_or_error, load_averages, peak_memory_mb, round_marks, run_child,
                      write_markdown)
 
@@ -245,7 +245,7 @@ def targets(records) -> str:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the CPU set (see the module doc)")
-    p.add_argument("--json", help="write the records to this path")
+    p.add_argument("--json", type=output_file, help="write the records to this path")
     p.add_argument("--markdown", help="write the command, machine load and table to this path")
     add_child_arguments(p)
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after the warm-up round")

@@ -42,7 +42,7 @@ from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.data.federated import from_client_lists
 from fedclust_jax.models.mlp import mlp
 
-from _common import load_averages
+from _common import load_averages, output_file
 
 PAPER_ACC = {  # Table 2: mean, std
     "inverted": {"SR-FCA": (92.03, 0.30), "Local": (76.52, 0.54), "Global": (88.61, 0.77),
@@ -353,7 +353,7 @@ def main(argv=None):
                    help="code: the authors' code's behaviour that produced the paper's tables "
                         "(sequential clients in every FedAvg round, independent ONE_SHOT inits, "
                         "fresh REFINE inits); paper: the algorithms as the paper states them")
-    p.add_argument("--out", default=None,
+    p.add_argument("--out", type=output_file, default=None,
                    help="default benchmarks/results/srfca_mnist[_paper].md by protocol")
     p.add_argument("--notes", default=None,
                    help="markdown file appended to the table (the committed notes: "

@@ -64,7 +64,7 @@ import numpy as np  # noqa: E402
 
 from ifca_table2 import (add_conv_argument, block, fmt, leaf_data, ordering_lines,  # noqa: E402
                          uptime, write_outputs)
-from _common import chunked_rounds  # noqa: E402
+from _common import chunked_rounds, output_file  # noqa: E402
 from fedclust_jax.models.layers import resolve_conv  # noqa: E402
 from provenance import generated_by  # noqa: E402
 
@@ -302,7 +302,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data-dir", default="../shared/data",
                     help="folder holding femnist-leaf/ and shakespeare-leaf/")
-    ap.add_argument("--out", default="benchmarks/results/srfca_table4.md")
+    ap.add_argument("--out", type=output_file, default="benchmarks/results/srfca_table4.md")
     ap.add_argument("--full", action="store_true", help="the authors' schedule, 5 seeds")
     ap.add_argument("--dry-run", action="store_true", help="toy size on the CPU (seconds)")
     ap.add_argument("--rounds", type=int, default=None,

@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from provenance import generated_by  # noqa: E402
+from _common import output_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LRS = (0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2)
@@ -73,7 +74,7 @@ def main(argv=None):
     p.add_argument("--dim", type=int, default=50)
     p.add_argument("--separate", type=int, default=None,
                    help="time only this many separate runs (default: every point)")
-    p.add_argument("--output", help="Markdown report to write")
+    p.add_argument("--output", type=output_file, help="Markdown report to write")
     args = p.parse_args(argv)
     if args.separate is not None and not 1 <= args.separate <= args.seeds * len(args.lrs):
         p.error(f"--separate must be between 1 and the {args.seeds * len(args.lrs)} points")

@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from _common import load_averages
+from _common import load_averages, output_file
 from provenance import generated_by
 from scipy.optimize import linear_sum_assignment
 
@@ -183,8 +183,8 @@ def main():
     ap.add_argument("--theory-inits", nargs="*", default=[], choices=INITS,
                     help="also tabulate the fixed radius tau = sqrt(sigma Delta) for these")
     ap.add_argument("--notes-file", default=None, help="markdown appended after the tables")
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--figure", default=None, metavar="PNG", help="draw f(l) to this file")
+    ap.add_argument("--out", type=output_file, default=None)
+    ap.add_argument("--figure", type=output_file, default=None, metavar="PNG", help="draw f(l) to this file")
     ap.add_argument("--from-md", default=None, metavar="FILE",
                     help="with --figure: draw the tables of this results file instead of running")
     args = ap.parse_args()

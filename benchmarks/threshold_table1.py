@@ -78,6 +78,7 @@ from fedclust_jax.models.mlp import mlp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from provenance import generated_by  # noqa: E402
+from _common import output_file  # noqa: E402
 
 PAPER = {  # Table 1: (acc %, loss)
     "rotation": {"Local": (71.3, 0.517), "Global": (46.6, 0.631), "Ditto": (62.0, 0.576),
@@ -290,8 +291,8 @@ def make_parser():
     p.add_argument("--fc-chunk", type=int, default=1,
                    help="clients per chunk in FC (0: all at once, for an accelerator)")
     p.add_argument("--time-round", action="store_true", help="only time one round per method")
-    p.add_argument("--out", default=None)
-    p.add_argument("--jsonl", default=None,
+    p.add_argument("--out", type=output_file, default=None)
+    p.add_argument("--jsonl", type=output_file, default=None,
                    help="append one JSON line per (task, method) to this file (command, seconds, "
                         "per-seed accuracy, loss and IFCA misclustering); --combine reads it")
     p.add_argument("--note", action="append", default=[], help="a line for the notes")

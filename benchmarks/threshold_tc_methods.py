@@ -27,7 +27,7 @@ from fedclust_jax.data.recipes import personalized_mnist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import threshold_table1  # noqa: E402
-from _common import printed_to  # noqa: E402
+from _common import output_file, printed_to  # noqa: E402
 
 
 def seconds(fn, *args):
@@ -40,7 +40,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_MNIST", "../shared/data/mnist"))
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--out", default=None, help="also write what is printed to this file")
+    p.add_argument("--out", type=output_file, default=None, help="also write what is printed to this file")
     args = p.parse_args()
     with printed_to(args.out, __file__, fence=True):
         measure(args)

@@ -67,6 +67,7 @@ from fedclust_jax.models.rotnet import (extract_features, pretrain_rotnet, rotat
 
 sys.path.insert(0, str(Path(__file__).parent))
 from uifca_table42 import load_mnist_uint8  # noqa: E402  (the same MNIST reader)
+from _common import output_file  # noqa: E402
 
 PS = (0.0, 0.25, 0.5, 0.75, 1.0)
 DIGITS = (2, 3, 4, 5)
@@ -141,7 +142,7 @@ def main():
     ap.add_argument("--digits", default=",".join(map(str, DIGITS)))
     ap.add_argument("--ps", default=",".join(map(str, PS)))
     ap.add_argument("--seed", type=int, default=0, help="RotNet pretraining seed")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results"
+    ap.add_argument("--out", type=output_file, default=str(Path(__file__).parent / "results"
                                          / "uifca_table43_representations.md"))
     a = ap.parse_args()
     if not 1 <= a.select_after <= a.rounds:

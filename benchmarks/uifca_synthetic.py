@@ -29,6 +29,7 @@ import jax
 import numpy as np
 
 from provenance import generated_by
+from _common import output_file
 from sklearn.metrics import normalized_mutual_info_score
 
 from fedclust_jax.algorithms.kfed import kfed
@@ -171,7 +172,7 @@ def main():
                          "initialisations gives every cluster its own flow, then exit")
     ap.add_argument("--kfed-metrics", action="store_true",
                     help="only score k-FED's assignments five ways (over --seeds), then exit")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "uifca_table41.md"))
+    ap.add_argument("--out", type=output_file, default=str(Path(__file__).parent / "results" / "uifca_table41.md"))
     a = ap.parse_args()
     a.select_after = a.select_after or None
     datasets = a.datasets.split(",")

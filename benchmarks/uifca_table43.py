@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from provenance import generated_by
+from _common import output_file
 
 from fedclust_jax.algorithms.kfed import kfed
 from fedclust_jax.algorithms.uifca import UIFCAConfig, run_uifca
@@ -85,7 +86,7 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--restarts", type=int, default=1)
     ap.add_argument("--chunk", type=int, default=None)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "uifca_table43.md"))
+    ap.add_argument("--out", type=output_file, default=str(Path(__file__).parent / "results" / "uifca_table43.md"))
     a = ap.parse_args()
     xtr, ytr, _, _ = load_mnist_uint8(a.data_dir)
     rows, t0 = [], time.time()

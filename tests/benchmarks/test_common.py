@@ -1,13 +1,16 @@
-"""benchmarks/_common.printed_to: a script's printed output becomes a result file that opens
-with the command, and printing is unchanged."""
+"""benchmarks/_common: a script's printed output becomes a result file that opens with the
+command, and printing is unchanged (``printed_to``); result-file options are checked when the
+command line is parsed (``output_file``)."""
 
+import argparse
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from _common import printed_to  # noqa: E402
+from _common import output_file, printed_to  # noqa: E402
 
 
 def test_printed_to_writes_command_load_and_text(tmp_path, capsys, monkeypatch):
@@ -38,3 +41,26 @@ def test_printed_to_restores_stdout_and_writes_nothing_on_error(tmp_path):
             raise ValueError("boom")
     assert sys.stdout is stdout
     assert not out.exists()
+
+
+def test_output_file_creates_the_folder_and_refuses_a_folder(tmp_path, capsys):
+    p = argparse.ArgumentParser(prog="demo")
+    p.add_argument("--out", type=output_file)
+    target = tmp_path / "new" / "dir" / "table.md"
+    assert p.parse_args(["--out", str(target)]).out == str(target)
+    assert target.parent.is_dir() and not target.exists()
+    with pytest.raises(SystemExit) as e:
+        p.parse_args(["--out", str(tmp_path)])
+    assert e.value.code == 2
+    assert f"argument --out: path '{tmp_path}' is a folder" in capsys.readouterr().err
+
+
+def test_every_result_file_option_of_the_scripts_is_checked_at_parse_time():
+    """A wrong --out (or --jsonl, --json, ...) must stop a script before its run, not after."""
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    opts = r'"--(out|output|json|jsonl|per-trial|figure|archive)",'
+    unchecked = [f"{f.name}: {m[0]}" for f in sorted(bench.glob("*.py"))
+                 for m in re.finditer(r"add_argument\(" + opts + r"[^)]*", f.read_text())
+                 if "type=output_file" not in m[0]
+                 and not (f.name == "device_suite.py" and m[1] == "out")]  # a folder
+    assert unchecked == []
