@@ -138,13 +138,16 @@ def check_output_path(path: str, what: str = "--output") -> None:
         raise ValueError(f"{what} {path!r} is a folder; give a file name, e.g. "
                          f"{os.path.join(path, 'results.json')!r}")
     folder = os.path.dirname(os.path.abspath(path))
+    above = folder                      # the nearest part of the path that exists
+    while not os.path.exists(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise ValueError(f"{what} {path!r}: {above!r} is a file, not a folder; choose another path")
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
         raise ValueError(f"{what} {path!r}: cannot create the folder {folder!r} "
                          f"({e.strerror or e}); choose another path") from None
-    if not os.path.isdir(folder):
-        raise ValueError(f"{what} {path!r}: {folder!r} is not a folder; choose another path")
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise ValueError(f"{what} {path!r} exists and is not writable; choose another path")
     try:

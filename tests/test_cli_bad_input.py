@@ -138,7 +138,7 @@ def test_unwritable_paths_stop_before_compute(tmp_path, flag, capsys, no_compute
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     assert main(["run", "--algorithm", "ifca", flag, str(blocker / "x" / "r.json")] + TINY) == 2
-    one_line_error(capsys, flag, "cannot create")
+    one_line_error(capsys, flag, f"{str(blocker)!r} is a file, not a folder")
 
 
 def test_batch_larger_than_every_client_stops_before_rounds(capsys, monkeypatch):
