@@ -127,7 +127,8 @@ def main():
     p.add_argument("--lstm-n", type=int, default=500)
     p.add_argument("--lstm-steps", type=int, default=5)
     p.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
-    p.add_argument("--out", type=output_file, default=None, help="also write the table to this file")
+    p.add_argument("--out", type=output_file,
+                   default=None, help="also write the table to this file")
     p.add_argument("--one", nargs=3, metavar=("CONFIG", "CONV", "CHUNK"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:

@@ -133,7 +133,8 @@ def main():
     p.add_argument("--evaluate", action="store_true",
                    help="also time alg.evaluate and the end of run (objective + evaluate) "
                         "under the default layout")
-    p.add_argument("--out", type=output_file, default=None, help="also write the table to this file")
+    p.add_argument("--out", type=output_file,
+                   default=None, help="also write the table to this file")
     args = p.parse_args()
     with printed_to(args.out, __file__):
         measure(args)

@@ -110,7 +110,8 @@ def check_digits():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data_dir", nargs="?", default=str(REPO.parent / "shared" / "data"))
-    parser.add_argument("--out", type=output_file, default=None, help="also write what is printed to this file")
+    parser.add_argument("--out", type=output_file,
+                        default=None, help="also write what is printed to this file")
     args = parser.parse_args()
     with printed_to(args.out, __file__):
         print(f"data dir: {Path(args.data_dir).name} (../shared/data by default)")

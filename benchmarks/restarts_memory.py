@@ -28,8 +28,8 @@ import sys
 import time
 
 from _common import (ROOT, add_child_arguments, check_marks, child_command, child_record,
-                     data_dir_or_error, load_averages, peak_memory_mb, round_marks, run_child,
-                     write_markdown)
+                     data_dir_or_error, load_averages, output_file, peak_memory_mb, round_marks,
+                     run_child, write_markdown)
 
 
 def run_one(cfg: dict) -> dict:
@@ -178,7 +178,8 @@ def main(argv=None):
     p.add_argument("--parallel", action="store_true",
                    help="run the dtypes at the same time (peak RSS is still each run's own; "
                         "seconds per round then share the cores)")
-    p.add_argument("--markdown", help="write the command, loads and table to this path")
+    p.add_argument("--markdown", type=output_file,
+                   help="write the command, loads and table to this path")
     args = p.parse_args(argv)
     if run_child(args, run_one):
         return

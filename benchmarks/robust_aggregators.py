@@ -207,7 +207,8 @@ def main(argv=None):
     ap.add_argument("--skip", nargs="*", default=[], help="variants whose name has one of these")
     ap.add_argument("--out", type=output_file, default=None,
                     help="run: markdown file the table is appended to; --combine: the file written")
-    ap.add_argument("--jsonl", type=output_file, default=None, help="run: JSONL file, one record appended per variant")
+    ap.add_argument("--jsonl", type=output_file,
+                    default=None, help="run: JSONL file, one record appended per variant")
     ap.add_argument("--combine", nargs="+", metavar="FILE",
                     help="only write --out from JSONL records (--jsonl) and markdown (--out)")
     ap.add_argument("--notes-file", default=None, help="markdown appended to the --combine output")

@@ -160,7 +160,8 @@ def main(argv=None):
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--isa", default="AVX", help="XLA CPU instruction set of run B (run A: the host's)")
     mode.add_argument("--commits", nargs=2, metavar=("A", "B"), help="compare two commits instead")
-    p.add_argument("--out", type=output_file, default=None, help="markdown result file (default: print only)")
+    p.add_argument("--out", type=output_file,
+                   default=None, help="markdown result file (default: print only)")
     p.add_argument("--snapshot", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.checkpoints != sorted(set(args.checkpoints)) or args.checkpoints[0] < 1:

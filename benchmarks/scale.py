@@ -44,9 +44,9 @@ import subprocess
 import sys
 import time
 
-from _common import (output_file, ROOT, add_child_arguments, check_marks, child_command, child_record,
-                     data_dir_or_error, load_averages, peak_memory_mb, round_marks, run_child,
-                     write_markdown)
+from _common import (ROOT, add_child_arguments, check_marks, child_command, child_record,
+                     data_dir_or_error, load_averages, output_file, peak_memory_mb, round_marks,
+                     run_child, write_markdown)
 
 MNIST_N = (1_000, 10_000, 100_000)
 QUICK = ([dict(model="softmax", dataset="mnist-views", clients=n, samples_per_client=20, chunk=1000)
@@ -246,7 +246,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the CPU set (see the module doc)")
     p.add_argument("--json", type=output_file, help="write the records to this path")
-    p.add_argument("--markdown", help="write the command, machine load and table to this path")
+    p.add_argument("--markdown", type=output_file,
+                   help="write the command, machine load and table to this path")
     add_child_arguments(p)
     p.add_argument("--rounds", type=int, default=2, help="timed rounds after the warm-up round")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),

@@ -184,7 +184,8 @@ def main():
                     help="also tabulate the fixed radius tau = sqrt(sigma Delta) for these")
     ap.add_argument("--notes-file", default=None, help="markdown appended after the tables")
     ap.add_argument("--out", type=output_file, default=None)
-    ap.add_argument("--figure", type=output_file, default=None, metavar="PNG", help="draw f(l) to this file")
+    ap.add_argument("--figure", type=output_file,
+                    default=None, metavar="PNG", help="draw f(l) to this file")
     ap.add_argument("--from-md", default=None, metavar="FILE",
                     help="with --figure: draw the tables of this results file instead of running")
     args = ap.parse_args()

@@ -40,7 +40,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_MNIST", "../shared/data/mnist"))
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--out", type=output_file, default=None, help="also write what is printed to this file")
+    p.add_argument("--out", type=output_file,
+                   default=None, help="also write what is printed to this file")
     args = p.parse_args()
     with printed_to(args.out, __file__, fence=True):
         measure(args)

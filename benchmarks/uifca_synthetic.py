@@ -172,7 +172,8 @@ def main():
                          "initialisations gives every cluster its own flow, then exit")
     ap.add_argument("--kfed-metrics", action="store_true",
                     help="only score k-FED's assignments five ways (over --seeds), then exit")
-    ap.add_argument("--out", type=output_file, default=str(Path(__file__).parent / "results" / "uifca_table41.md"))
+    ap.add_argument("--out", type=output_file,
+                    default=str(Path(__file__).parent / "results" / "uifca_table41.md"))
     a = ap.parse_args()
     a.select_after = a.select_after or None
     datasets = a.datasets.split(",")

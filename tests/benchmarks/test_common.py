@@ -58,7 +58,7 @@ def test_output_file_creates_the_folder_and_refuses_a_folder(tmp_path, capsys):
 def test_every_result_file_option_of_the_scripts_is_checked_at_parse_time():
     """A wrong --out (or --jsonl, --json, ...) must stop a script before its run, not after."""
     bench = Path(__file__).resolve().parents[2] / "benchmarks"
-    opts = r'"--(out|output|json|jsonl|per-trial|figure|archive)",'
+    opts = r'"--(out|output|json|jsonl|markdown|per-trial|figure|archive)",'
     unchecked = [f"{f.name}: {m[0]}" for f in sorted(bench.glob("*.py"))
                  for m in re.finditer(r"add_argument\(" + opts + r"[^)]*", f.read_text())
                  if "type=output_file" not in m[0]
