@@ -31,7 +31,7 @@ def output_file(path: str) -> str:
     the file can be written, so a wrong path stops the command before the run, not after it."""
     from fedclust_jax.results import check_output_path
     try:
-        check_output_path(path, "path")
+        check_output_path(path, "path", example=None)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return path

@@ -430,11 +430,8 @@ def check_paths(args, labels: list[str]):
         check_output_path(args.output, "--output")
     if args.checkpoint:
         for path in checkpoint_paths(args.checkpoint, labels).values():
-            if not os.path.exists(path):
-                check_output_path(path, "--checkpoint")
-            elif os.path.isdir(path):
-                raise ValueError(f"--checkpoint {path!r} is a folder; give a file name such as "
-                                 f"{os.path.join(path, 'ck.npz')!r}")
+            if os.path.isdir(path) or not os.path.exists(path):
+                check_output_path(path, "--checkpoint", example="ck.npz")
             elif not os.access(path, os.R_OK | os.W_OK):
                 raise ValueError(f"--checkpoint {path!r} exists but cannot be read and written")
 

@@ -475,7 +475,7 @@ def plot_results(paths, out: str, metric: str | None = None, x: str | None = Non
     writes it to ``out`` (format from its extension). Returns the figure."""
     from fedclust_jax.results import check_output_path
     kind, records = load_results(paths)
-    check_output_path(out, "-o")
+    check_output_path(out, "-o", example="figure.png")
     pyplot()
     from matplotlib.backend_bases import FigureCanvasBase
     ext = os.path.splitext(out)[1].lstrip(".").lower()

@@ -129,14 +129,16 @@ def environment() -> dict:
             "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def check_output_path(path: str, what: str = "--output") -> None:
+def check_output_path(path: str, what: str = "--output", example: str | None = "results.json"
+                      ) -> None:
     """Creates ``path``'s folder and checks that ``path`` can be written (not a folder);
-    raises ValueError with advice otherwise. Leaves no file behind."""
+    raises ValueError with advice otherwise (``example``: a file name to suggest inside a
+    folder given by mistake; None suggests none). Leaves no file behind."""
     if not path:
         raise ValueError(f"{what} needs a file name")
     if os.path.isdir(path):
-        raise ValueError(f"{what} {path!r} is a folder; give a file name, e.g. "
-                         f"{os.path.join(path, 'results.json')!r}")
+        hint = f", e.g. {os.path.join(path, example)!r}" if example else " inside it"
+        raise ValueError(f"{what} {path!r} is a folder; give a file name{hint}")
     folder = os.path.dirname(os.path.abspath(path))
     above = folder                      # the nearest part of the path that exists
     while not os.path.exists(above):

@@ -131,10 +131,10 @@ def test_run_needs_one_algorithm_of_a_study(tmp_path, capsys, no_compute):
     one_line_error(capsys, "--algorithm", "compare")
 
 
-@pytest.mark.parametrize("flag", ["--output", "--checkpoint"])
-def test_unwritable_paths_stop_before_compute(tmp_path, flag, capsys, no_compute):
+@pytest.mark.parametrize("flag,example", [("--output", "results.json"), ("--checkpoint", "ck.npz")])
+def test_unwritable_paths_stop_before_compute(tmp_path, flag, example, capsys, no_compute):
     assert main(["run", "--algorithm", "ifca", flag, str(tmp_path)] + TINY) == 2
-    one_line_error(capsys, flag, "folder")
+    one_line_error(capsys, flag, "is a folder", "e.g. " + repr(str(tmp_path / example)))
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     assert main(["run", "--algorithm", "ifca", flag, str(blocker / "x" / "r.json")] + TINY) == 2

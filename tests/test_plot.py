@@ -208,6 +208,14 @@ def test_missing_matplotlib_gives_the_pip_command(tmp_path, capsys, monkeypatch)
     assert len(err.splitlines()) == 1 and "pip install 'fedclust_jax[plot]'" in err
 
 
+def test_a_folder_as_figure_path_suggests_a_png(tmp_path, capsys):
+    good = tmp_path / "r.json"
+    good.write_text(json.dumps([run_result("ifca", 0)]))
+    assert main(["plot", str(good), "-o", str(tmp_path)]) == 2
+    assert ("is a folder; give a file name, e.g. " + repr(str(tmp_path / "figure.png"))
+            in capsys.readouterr().err)
+
+
 def test_paper_figures_read_their_committed_results(tmp_path):
     """brifca_figure1.py --figure (from its committed JSONL records) and
     threshold_figure4.py --from-md read the committed results (values checked against

@@ -52,7 +52,8 @@ def test_output_file_creates_the_folder_and_refuses_a_folder(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         p.parse_args(["--out", str(tmp_path)])
     assert e.value.code == 2
-    assert f"argument --out: path '{tmp_path}' is a folder" in capsys.readouterr().err
+    assert (f"argument --out: path '{tmp_path}' is a folder; give a file name inside it"
+            in capsys.readouterr().err)
 
 
 def test_every_result_file_option_of_the_scripts_is_checked_at_parse_time():
