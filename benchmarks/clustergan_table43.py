@@ -147,7 +147,6 @@ def write_report(a, rows, details, times, total):
         "Reductions from the full setting (`python benchmarks/clustergan_table43.py`): "
         + ("; ".join(changed) if changed else "none") + ".\n\n"
         "Per run (purity % at the evaluated rounds):\n\n" + "\n".join(det) + "\n")
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(text)
     print(text)
 

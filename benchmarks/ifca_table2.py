@@ -172,7 +172,6 @@ def fmt(vals, digits=2):
 
 
 def write_outputs(out: Path, md: str, obj: dict) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(md)
     out.with_suffix(".json").write_text(json.dumps(obj, indent=1, default=str))
 

@@ -362,7 +362,8 @@ def main(argv=None):
     if args.notes and not Path(args.notes).exists():
         p.error(f"--notes {args.notes}: no such file")
     if args.out is None:
-        args.out = "benchmarks/results/srfca_mnist" + ("_paper" if args.protocol == "paper" else "") + ".md"
+        args.out = output_file("benchmarks/results/srfca_mnist"
+                               + ("_paper" if args.protocol == "paper" else "") + ".md")
     mnist = load_mnist(Path(args.data_dir))
     seeds = list(range(args.seeds))
     results, phases, times = {}, {}, {}
@@ -376,7 +377,6 @@ def main(argv=None):
     text = table(results, phases, seeds, times, args, time.perf_counter() - t0, load_before)
     if args.notes:
         text += "\n" + Path(args.notes).read_text()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
     print(text)
 

@@ -293,7 +293,6 @@ Purity per cluster round (round 0 = initial assignment):
     out = Path(a.out)
     if out.exists() and "\n## Notes" in out.read_text():
         text += "\n## Notes" + out.read_text().split("\n## Notes", 1)[1]
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text)
 

@@ -204,7 +204,6 @@ def main():
         for (name, p, seed), curve in curves.items():
             text += (f"- {name} p={p} seed={seed}: " + " ".join(f"{100 * v:.0f}" for v in curve)
                      + f"; restarts {screens[(name, p, seed)]}\n")
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(text)
         return text
 

@@ -182,7 +182,6 @@ def main():
             + table(rows, range(a.seeds))
             + f"\nTraining NLL (nats per image), last 100 steps (best 100 steps), digit 2 / "
               f"digit 3, seeds in order: {nll}.")
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     write_markdown(a.out, __file__, None, load_before, text)
     print(text)
 

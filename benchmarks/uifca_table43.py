@@ -119,7 +119,6 @@ def main():
             f"n = K clients, {a.fill} x smallest pool points each; rotated = mean over digits "
             f"2, 3, 4, 5; {time.time() - t0:.0f}s on {jax.devices()[0].platform}.\n\n"
             + "\n".join(lines) + "\n")
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(text)
     print(text)
 
