@@ -28,7 +28,9 @@ round on the client's own data. Oracle: IFCA with the assignment frozen to the t
 method takes the same number of steps with the same lr and batch size (the paper: "we tune
 the learning rate separately for each algorithm ... but preserve all other algorithmic
 setups"; no tuning here). ``--time-round`` only measures one compiled round per method;
-``--combine`` gives mean +- std over the seeds of several result files of one setting.
+``--combine`` gives mean +- std over the seeds of several result files of one setting; a
+seed found in several files must have the same accuracy in each (else every difference is
+listed, so ``--combine`` of an old and a new run is their comparison).
 ``--jsonl FILE`` appends one record per (task, method) as it finishes (command, wall and CPU
 seconds, ``uptime`` before, per-seed accuracy, loss and IFCA misclustering); ``--combine``
 of JSONL files writes the whole result file from them (table, misclustering, run times, then
@@ -156,13 +158,21 @@ def combine(paths):
     """The files' common setting and lines of accuracy mean +- std over every seed found in
     result files written by ``main`` (not by ``combined_file``): one-seed files give their
     table values, several-seed files their per-seed lines. The files must share one setting,
-    and a (task, method, seed) found twice must agree."""
+    and a (task, method, seed) found in several files must agree; otherwise every
+    disagreement is listed with its files, and how many of the shared values agree."""
     per, settings = {}, {}                               # (task, method) -> {seed: acc}
+    where, differ = {}, []                  # (task, method, seed) -> first file; disagreements
+    shared = 0
 
     def put(task, method, seed, acc):
+        nonlocal shared
         old = per.setdefault((task, method), {}).setdefault(seed, acc)
-        if old != acc:
-            sys.exit(f"{task} {method} seed {seed}: {old} and {acc} in different files")
+        if (task, method, seed) in where:
+            shared += 1
+            if old != acc:
+                differ.append(f"{task} {method} seed {seed}: {old} in "
+                              f"{where[task, method, seed]}, {acc} in {path}")
+        where.setdefault((task, method, seed), path)
 
     for path in paths:
         text = open(path).read()
@@ -190,6 +200,9 @@ def combine(paths):
             task = next(t for t, n in TASK_NAME.items() if n == task)
             for seed, acc in zip(seeds, accs.split(",")):
                 put(task, method, seed, float(acc))
+    if differ:
+        sys.exit(f"{len(differ)} of the {shared} values found in more than one file differ, "
+                 "not combined:\n" + "\n".join(differ))
     return next(iter(settings)), [
         f"{TASK_NAME[task]}, {method}: {fmt(list(per[task, method].values()))} "
         f"over seeds {sorted(per[task, method])}"

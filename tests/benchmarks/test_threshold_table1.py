@@ -63,11 +63,26 @@ def test_combine_refuses_different_settings(tmp_path, monkeypatch):
         table1.combine([a, b])
 
 
-def test_combine_refuses_a_seed_with_two_values(tmp_path, monkeypatch):
+def test_combine_refuses_a_seed_with_two_values_and_lists_every_one(tmp_path, monkeypatch):
     a = _write(tmp_path, monkeypatch, "a.md", [0], [80.0])
     b = _write(tmp_path, monkeypatch, "b.md", [0], [81.0])
-    with pytest.raises(SystemExit, match="seed 0"):
+    with pytest.raises(SystemExit) as e:
         table1.combine([a, b])
+    lines = str(e.value.code).splitlines()
+    n = 2 * len(table1.METHODS)
+    assert lines[0] == f"{n} of the {n} values found in more than one file differ, not combined:"
+    assert f"rotation FC seed 0: 80.0 in {a}, 81.0 in {b}" in lines[1:]
+    assert len(lines) == n + 1
+
+
+def test_combine_counts_the_agreeing_shared_values(tmp_path, monkeypatch):
+    a = _write(tmp_path, monkeypatch, "s01.md", [0, 1], [70.0, 80.0])
+    b = _write(tmp_path, monkeypatch, "s1.md", [1], [80.0])
+    c = _write(tmp_path, monkeypatch, "s0.md", [0], [71.0])
+    with pytest.raises(SystemExit) as e:
+        table1.combine([a, b, c])
+    n = 2 * len(table1.METHODS)
+    assert str(e.value.code).startswith(f"{n} of the {2 * n} values found in more than one file")
 
 
 def test_main_combine_writes_the_lines_and_refuses_its_own_output(tmp_path, monkeypatch):
