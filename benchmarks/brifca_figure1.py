@@ -19,6 +19,7 @@ as a fifth method the best of 10 uniform seedings by trimmed cost, see ``ThreeSt
 Trials are a vmap axis of one compiled program per setting and method (``--trial-batch`` b:
 ``lax.map`` over chunks of b vmapped trials, to bound memory). dist is reported with one-to-one (Hungarian) matching
 and, as the code, nearest-truth matching; mean and standard error over trials.
+``--compare OLD NEW`` compares two JSONL files' shared cells trial by trial.
 ``--init near-truth`` starts BR-IFCA's models a quarter of the smallest centre distance from
 the truth (the theory's assumption) instead; ``--per-trial FILE`` keeps every trial's
 per-cluster errors, and ``--summarize FILE`` counts the trials that lost a cluster.
@@ -182,6 +183,35 @@ def read_near_truth(path):
             h = np.array(r["hungarian"])
             out[(r["k"], r["m"], r["d"], r["method"])] = (h.mean(), h.std() / np.sqrt(h.size))
     return out
+
+
+def compare_trials(old_path, new_path):
+    """Lines comparing, trial by trial, the cells (k, m, d, method, init) found in both
+    files (``--per-trial`` or ``--out`` JSONL; the later record of a cell in a file): the
+    first min(trials) trials, which share their data and initialisation keys, are "equal"
+    when every per-trial field (dist both ways, per-cluster errors, client counts) is
+    bit-for-bit the same, else the fields that differ and the largest difference of dist
+    are given."""
+    def cells(path):
+        out = {}
+        for line in open(path):
+            r = json.loads(line) if line.strip() else {}
+            if "hungarian" in r:
+                out[r["k"], r["m"], r["d"], r["method"], r.get("init", "random")] = r
+        return out
+    old, new = cells(old_path), cells(new_path)
+    lines = []
+    for key in [key for key in new if key in old]:
+        a, b = old[key], new[key]
+        n = min(len(a["hungarian"]), len(b["hungarian"]))
+        fields = [f for f in a if f in b and isinstance(a[f], list) and len(a[f]) >= n]
+        differ = [f for f in fields if a[f][:n] != b[f][:n]]
+        diff = np.abs(np.array(a["hungarian"][:n]) - np.array(b["hungarian"][:n])).max()
+        verdict = (f"differ in {', '.join(differ)}: largest dist difference {diff:.2e}"
+                   if differ else f"equal ({', '.join(fields)})")
+        lines.append("k={} m={} d={} {} (init {}): {} trials {}; mean dist {:.4f} -> {:.4f}".format(
+            *key, n, verdict, np.mean(a["hungarian"][:n]), np.mean(b["hungarian"][:n])))
+    return lines or [f"no cell of {new_path} is in {old_path}"]
 
 
 def read_cells(paths, init="random"):
@@ -368,6 +398,8 @@ def main(argv=None):
                     help="BR-IFCA's coordinate-wise sorting backend (core.robust module docstring)")
     ap.add_argument("--summarize", default=None, metavar="FILE",
                     help="only print the per-trial summary of a --per-trial or --out JSONL file")
+    ap.add_argument("--compare", nargs=2, default=None, metavar=("OLD", "NEW"),
+                    help="only compare, trial by trial, the cells two JSONL files share")
     ap.add_argument("--figure", type=output_file, default=None, metavar="PNG",
                     help="only draw the figure from --cells and --near-truth (no run)")
     ap.add_argument("--cells", nargs="+", default=[os.path.join(RESULTS, "brifca_figure1.jsonl")],
@@ -377,6 +409,7 @@ def main(argv=None):
                          "draws dashed in panel (a) (default: none)")
     args = ap.parse_args(argv)
     for path in [args.notes_file, args.summarize, args.near_truth, *(args.combine or []),
+                 *(args.compare or []),
                  *(args.cells if args.figure else [])]:
         if path and not os.path.isfile(path):
             ap.error(f"{path}: no such file")
@@ -398,6 +431,9 @@ def main(argv=None):
         return
     if args.summarize:
         summarize_per_trial(args.summarize)
+        return
+    if args.compare:
+        print("\n".join(compare_trials(*args.compare)))
         return
     if args.out and not args.out.endswith(".jsonl"):
         ap.error(f"--out {args.out}: a run appends JSONL records (--out FILE.jsonl); the "

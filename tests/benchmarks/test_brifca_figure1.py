@@ -78,3 +78,20 @@ def test_combine_counts_the_trials_that_lost_a_cluster(tmp_path):
              honest_sizes=[[5, 5], [10, 0], [5, 5]], byzantine_sizes=[[0, 0], [0, 2], [0, 0]])
     text = br.combine([_write(tmp_path / "c.jsonl", [r])], [])
     assert "| 5 | 200 | 20 | BR-IFCA median | 3 | random | 2 | 1 | 0.050 |" in text
+
+
+def test_compare_names_equal_and_differing_cells_trial_by_trial(tmp_path, capsys):
+    old = _write(tmp_path / "old.jsonl", [_record("IFCA-FedAvg", 0.5, 0.01, 0.49),
+                                          _record("BR-IFCA median", 0.1, 0.02, 0.09),
+                                          _record("BR-IFCA median", 0.2, 0.02, 0.19, d=50)])
+    new_median = _record("BR-IFCA median", 0.1, 0.02, 0.09)
+    new_median["hungarian"] = new_median["hungarian"][:10] + [0.125] * 40
+    new = _write(tmp_path / "new.jsonl", [_record("IFCA-FedAvg", 0.5, 0.01, 0.49, trials=20),
+                                          new_median])
+    br.main(["--compare", old, new])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "k=5 m=200 d=20 IFCA-FedAvg (init random): 20 trials equal (hungarian, nearest); "
+        "mean dist 0.5000 -> 0.5000",
+        "k=5 m=200 d=20 BR-IFCA median (init random): 50 trials differ in hungarian: largest "
+        "dist difference 2.50e-02; mean dist 0.1000 -> 0.1200"]
