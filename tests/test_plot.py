@@ -234,8 +234,9 @@ def test_paper_figures_read_their_committed_results(tmp_path):
     assert want <= set(table) and all(len(cells) == 5 for cells in table.values())
     assert [round(v, 3) for v in table[(5, 200, 20)]["IFCA-FedAvg"]] == [0.628, 0.015]
     assert [round(v, 3) for v in table[(2, 80, 500)][br.THREE_STAGE_R]] == [0.192, 0.005]
-    near = br.read_near_truth(os.path.join(bench, "results", "brifca_figure1_per_trial.jsonl"))
+    near = br.read_near_truth(os.path.join(bench, "results", "brifca_figure1.jsonl"))
     assert len(near) == 10 and round(near[(5, 200, 20, "BR-IFCA median")][0], 3) == 0.040
+    assert round(near[(5, 200, 500, "BR-IFCA trimmed mean")][0], 3) == 0.187
     br.draw_figure(table, near, str(tmp_path / "br.png"))
     curves = th.read_tables(os.path.join(bench, "results", "threshold_figure4.md"))
     assert list(curves) == ["blob-point", "offset", "data-points", "box"]
