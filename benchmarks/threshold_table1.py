@@ -30,7 +30,8 @@ the learning rate separately for each algorithm ... but preserve all other algor
 setups"; no tuning here). ``--time-round`` only measures one compiled round per method;
 ``--combine`` gives mean +- std over the seeds of several result files of one setting; a
 seed found in several files must have the same accuracy in each (else every difference is
-listed, so ``--combine`` of an old and a new run is their comparison).
+listed, so ``--combine`` of an old and a new run is their comparison; ``--first-wins``
+uses the first file's value and lists the differences in the combined file).
 ``--jsonl FILE`` appends one record per (task, method) as it finishes (command, wall and CPU
 seconds, ``uptime`` before, per-seed accuracy, loss and IFCA misclustering); ``--combine``
 of JSONL files writes the whole result file from them (table, misclustering, run times, then
@@ -154,12 +155,14 @@ def fmt(v, scale=1.0, digits=1):
     return f"{v.mean():.{digits}f} ± {v.std():.{digits}f}"
 
 
-def combine(paths):
-    """The files' common setting and lines of accuracy mean +- std over every seed found in
-    result files written by ``main`` (not by ``combined_file``): one-seed files give their
-    table values, several-seed files their per-seed lines. The files must share one setting,
-    and a (task, method, seed) found in several files must agree; otherwise every
-    disagreement is listed with its files, and how many of the shared values agree."""
+def combine(paths, first_wins=False):
+    """The files' common setting, lines of accuracy mean +- std over every seed found in
+    result files written by ``main`` (not by ``combined_file``), and the disagreements:
+    one-seed files give their table values, several-seed files their per-seed lines. The
+    files must share one setting, and a (task, method, seed) found in several files must
+    agree; otherwise every disagreement is listed with its files, and how many of the shared
+    values agree. ``first_wins`` instead keeps the first file's value and returns the
+    disagreements (for the combined file to list)."""
     per, settings = {}, {}                               # (task, method) -> {seed: acc}
     where, differ = {}, []                  # (task, method, seed) -> first file; disagreements
     shared = 0
@@ -200,10 +203,12 @@ def combine(paths):
             task = next(t for t, n in TASK_NAME.items() if n == task)
             for seed, acc in zip(seeds, accs.split(",")):
                 put(task, method, seed, float(acc))
-    if differ:
-        sys.exit(f"{len(differ)} of the {shared} values found in more than one file differ, "
-                 "not combined:\n" + "\n".join(differ))
-    return next(iter(settings)), [
+    summary = f"{len(differ)} of the {shared} values found in more than one file differ"
+    if differ and not first_wins:
+        sys.exit(f"{summary}, not combined (--first-wins keeps the first file's value and "
+                 "lists these in the output):\n" + "\n".join(differ))
+    differ = [f"{summary}; the first file's value is used:"] + differ if differ else []
+    return next(iter(settings)), differ, [
         f"{TASK_NAME[task]}, {method}: {fmt(list(per[task, method].values()))} "
         f"over seeds {sorted(per[task, method])}"
         for task in TASK_NAME for method in METHODS if (task, method) in per]
@@ -249,15 +254,17 @@ def combine_jsonl(paths, argv, notes_file=None):
     return text
 
 
-def combined_file(setting, lines, paths, argv):
-    """Markdown of ``combine``'s lines, with the setting, files and command (``argv``)."""
+def combined_file(setting, differ, lines, paths, argv):
+    """Markdown of ``combine``'s lines and disagreements, with the setting, files and
+    command (``argv``)."""
     return "\n".join([
         generated_by([__file__, *argv]).rstrip("\n"), "",
         "# Threshold-clustering paper, Table 1: test accuracy (%) over seeds", "",
         f"Setting: {setting}.", "",
         "Mean ± std over the seeds of " + ", ".join(f"`{p}`" for p in paths) + ". Command: "
         "`python benchmarks/threshold_table1.py " + shlex.join(argv) + "`.", "",
-        *[f"- {line}" for line in lines], ""])
+        *[f"- {line}" for line in lines], "",
+        *([differ[0], "", *[f"- {line}" for line in differ[1:]], ""] if differ else [])])
 
 
 def default_data_dir():
@@ -314,6 +321,9 @@ def make_parser():
     p.add_argument("--combine", nargs="+", metavar="FILE",
                    help="only print (and with --out write) mean +- std over the seeds of result "
                         "files of this script")
+    p.add_argument("--first-wins", action="store_true",
+                   help="--combine of .md files: where a seed's accuracy differs between files, "
+                        "use the first file's and list the differences in the output")
     return p
 
 
@@ -334,11 +344,11 @@ def main(argv=None):
         if any(f.endswith(".jsonl") for f in args.combine):
             sys.exit("--combine takes either JSONL files (from --jsonl) or result .md files, "
                      "not both")
-        setting, lines = combine(args.combine)
-        print("\n".join(lines))
+        setting, differ, lines = combine(args.combine, args.first_wins)
+        print("\n".join(lines + differ))
         if args.out:
             with open(args.out, "w") as fh:
-                fh.write(combined_file(setting, lines, args.combine,
+                fh.write(combined_file(setting, differ, lines, args.combine,
                                        sys.argv[1:] if argv is None else argv))
                 if args.notes_file:
                     fh.write("\n" + open(args.notes_file).read())

@@ -29,7 +29,7 @@ def _write(tmp_path, monkeypatch, name, seeds, acc, argv=()):
 
 
 def _combined(paths):
-    return dict(line.split(": ", 1) for line in table1.combine(paths)[1])
+    return dict(line.split(": ", 1) for line in table1.combine(paths)[2])
 
 
 def test_combine_one_seed_files(tmp_path, monkeypatch):
@@ -70,9 +70,24 @@ def test_combine_refuses_a_seed_with_two_values_and_lists_every_one(tmp_path, mo
         table1.combine([a, b])
     lines = str(e.value.code).splitlines()
     n = 2 * len(table1.METHODS)
-    assert lines[0] == f"{n} of the {n} values found in more than one file differ, not combined:"
+    assert lines[0].startswith(f"{n} of the {n} values found in more than one file differ, "
+                               "not combined (--first-wins")
     assert f"rotation FC seed 0: 80.0 in {a}, 81.0 in {b}" in lines[1:]
     assert len(lines) == n + 1
+
+
+def test_first_wins_uses_the_first_value_and_the_file_lists_the_differences(tmp_path,
+                                                                            monkeypatch):
+    a = _write(tmp_path, monkeypatch, "s0.md", [0], [80.0])
+    b = _write(tmp_path, monkeypatch, "s01.md", [0, 1], [81.0, 90.0])
+    out = tmp_path / "combined.md"
+    table1.main(["--combine", a, b, "--first-wins", "--out", str(out)])
+    text = out.read_text()
+    n = 2 * len(table1.METHODS)
+    assert "- Rotation, FC: 85.0 ± 5.0 over seeds [0, 1]" in text
+    assert (f"{n} of the {n} values found in more than one file differ; the first file's "
+            "value is used:") in text
+    assert f"- rotation FC seed 0: 80.0 in {a}, 81.0 in {b}" in text
 
 
 def test_combine_counts_the_agreeing_shared_values(tmp_path, monkeypatch):
