@@ -63,6 +63,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -155,14 +156,23 @@ def fmt(v, scale=1.0, digits=1):
     return f"{v.mean():.{digits}f} ± {v.std():.{digits}f}"
 
 
+class Combined(NamedTuple):
+    """What ``combine`` read: the files' common ``setting``, ``lines`` of accuracy mean +-
+    std per (task, method), the ``differ``ences between files (one line each) and their
+    ``summary`` ("N of the M values found in more than one file differ")."""
+    setting: str
+    lines: list
+    differ: list
+    summary: str
+
+
 def combine(paths, first_wins=False):
-    """The files' common setting, lines of accuracy mean +- std over every seed found in
-    result files written by ``main`` (not by ``combined_file``), and the disagreements:
-    one-seed files give their table values, several-seed files their per-seed lines. The
-    files must share one setting, and a (task, method, seed) found in several files must
-    agree; otherwise every disagreement is listed with its files, and how many of the shared
-    values agree. ``first_wins`` instead keeps the first file's value and returns the
-    disagreements (for the combined file to list)."""
+    """``Combined`` lines of accuracy mean +- std over every seed found in result files
+    written by ``main`` (not by ``combined_file``): one-seed files give their table values,
+    several-seed files their per-seed lines. The files must share one setting, and a (task,
+    method, seed) found in several files must agree; otherwise every disagreement is listed
+    with its files, and how many of the shared values agree. ``first_wins`` instead keeps the
+    first file's value and returns the disagreements (for the combined file to list)."""
     per, settings = {}, {}                               # (task, method) -> {seed: acc}
     where, differ = {}, []                  # (task, method, seed) -> first file; disagreements
     shared = 0
@@ -207,11 +217,10 @@ def combine(paths, first_wins=False):
     if differ and not first_wins:
         sys.exit(f"{summary}, not combined (--first-wins keeps the first file's value and "
                  "lists these in the output):\n" + "\n".join(differ))
-    differ = [f"{summary}; the first file's value is used:"] + differ if differ else []
-    return next(iter(settings)), differ, [
+    return Combined(next(iter(settings)), [
         f"{TASK_NAME[task]}, {method}: {fmt(list(per[task, method].values()))} "
         f"over seeds {sorted(per[task, method])}"
-        for task in TASK_NAME for method in METHODS if (task, method) in per]
+        for task in TASK_NAME for method in METHODS if (task, method) in per], differ, summary)
 
 
 def combine_jsonl(paths, argv, notes_file=None):
@@ -254,17 +263,18 @@ def combine_jsonl(paths, argv, notes_file=None):
     return text
 
 
-def combined_file(setting, differ, lines, paths, argv):
-    """Markdown of ``combine``'s lines and disagreements, with the setting, files and
+def combined_file(combined, paths, argv):
+    """Markdown of a ``Combined``'s lines and disagreements, with the setting, files and
     command (``argv``)."""
     return "\n".join([
         generated_by([__file__, *argv]).rstrip("\n"), "",
         "# Threshold-clustering paper, Table 1: test accuracy (%) over seeds", "",
-        f"Setting: {setting}.", "",
+        f"Setting: {combined.setting}.", "",
         "Mean ± std over the seeds of " + ", ".join(f"`{p}`" for p in paths) + ". Command: "
         "`python benchmarks/threshold_table1.py " + shlex.join(argv) + "`.", "",
-        *[f"- {line}" for line in lines], "",
-        *([differ[0], "", *[f"- {line}" for line in differ[1:]], ""] if differ else [])])
+        *[f"- {line}" for line in combined.lines], "",
+        *([f"{combined.summary}; the first file's value is used:", "",
+           *[f"- {line}" for line in combined.differ], ""] if combined.differ else [])])
 
 
 def default_data_dir():
@@ -344,11 +354,12 @@ def main(argv=None):
         if any(f.endswith(".jsonl") for f in args.combine):
             sys.exit("--combine takes either JSONL files (from --jsonl) or result .md files, "
                      "not both")
-        setting, differ, lines = combine(args.combine, args.first_wins)
-        print("\n".join(lines + differ))
+        combined = combine(args.combine, args.first_wins)
+        print("\n".join(combined.lines + ([combined.summary, *combined.differ]
+                                           if combined.differ else [])))
         if args.out:
             with open(args.out, "w") as fh:
-                fh.write(combined_file(setting, differ, lines, args.combine,
+                fh.write(combined_file(combined, args.combine,
                                        sys.argv[1:] if argv is None else argv))
                 if args.notes_file:
                     fh.write("\n" + open(args.notes_file).read())

@@ -29,7 +29,7 @@ def _write(tmp_path, monkeypatch, name, seeds, acc, argv=()):
 
 
 def _combined(paths):
-    return dict(line.split(": ", 1) for line in table1.combine(paths)[2])
+    return dict(line.split(": ", 1) for line in table1.combine(paths).lines)
 
 
 def test_combine_one_seed_files(tmp_path, monkeypatch):
