@@ -145,16 +145,20 @@ def lost_clusters(r, lost=0.5):
     return bad, held
 
 
+def read_records(path, field):
+    """The records of a JSONL file that have ``field`` ("hungarian": a cell's per-trial
+    fields; "mean": its summary), without blank lines and the provenance line."""
+    with open(path) as fh:
+        return [r for r in map(json.loads, filter(str.strip, fh)) if field in r]
+
+
 def summarize_per_trial(path, lost=0.5):
     """Prints, per record of a ``--per-trial`` file: mean and median dist; the trials that
     lost a cluster (some true centre's matched estimate farther than ``lost``, half the
     typical distance between centres), how many of them end with a model that only
     Byzantine clients choose, and the mean dist of the others; and how dist
     relates to the smallest distance between true centres."""
-    for line in open(path):
-        r = json.loads(line)
-        if "hungarian" not in r:          # the provenance line
-            continue
+    for r in read_records(path, "hungarian"):
         h, sep = np.array(r["hungarian"]), np.array(r["min_separation"])
         bad, held = lost_clusters(r, lost)
         low = sep < np.median(sep)
@@ -177,8 +181,7 @@ def read_near_truth(path):
     """{(k, m, d, method): (mean, standard error)} of the near-truth records of a
     ``--per-trial`` file."""
     out = {}
-    for line in open(path):
-        r = json.loads(line)
+    for r in read_records(path, "hungarian"):
         if r.get("init") == "near-truth":
             h = np.array(r["hungarian"])
             out[(r["k"], r["m"], r["d"], r["method"])] = (h.mean(), h.std() / np.sqrt(h.size))
@@ -193,12 +196,8 @@ def compare_trials(old_path, new_path):
     bit-for-bit the same, else the fields that differ and the largest difference of dist
     are given."""
     def cells(path):
-        out = {}
-        for line in open(path):
-            r = json.loads(line) if line.strip() else {}
-            if "hungarian" in r:
-                out[r["k"], r["m"], r["d"], r["method"], r.get("init", "random")] = r
-        return out
+        return {(r["k"], r["m"], r["d"], r["method"], r.get("init", "random")): r
+                for r in read_records(path, "hungarian")}
     old, new = cells(old_path), cells(new_path)
     lines = []
     for key in [key for key in new if key in old]:
@@ -217,13 +216,7 @@ def compare_trials(old_path, new_path):
 def read_cells(paths, init="random"):
     """Records of ``--out`` JSONL files with the given init, a later record of the same
     setting and method replacing an earlier one, in file order."""
-    keyed = {}
-    for path in paths:
-        for line in open(path):
-            if line.strip():
-                r = json.loads(line)
-                if "mean" in r:
-                    keyed[record_key(r)] = r
+    keyed = {record_key(r): r for path in paths for r in read_records(path, "mean")}
     return [r for r in keyed.values() if init is None or r["init"] == init]
 
 
