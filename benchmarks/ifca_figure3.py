@@ -34,7 +34,6 @@ import functools
 import itertools
 import json
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -50,6 +49,7 @@ from fedclust_jax.core.train import LocalTraining  # noqa: E402
 from fedclust_jax.data.synthetic import mixed_linear_regression  # noqa: E402
 from fedclust_jax.models.linear import linear_regression  # noqa: E402
 from _common import output_file  # noqa: E402
+from provenance import command, generated_by  # noqa: E402
 
 GAMMAS = {2: (0.01, 0.1, 1.0), 4: (0.5, 1.0, 2.0)}
 SIGMAS = (0.0, 0.1, 0.2, 0.4)
@@ -186,7 +186,7 @@ def run(args):
                    matmul_precision=str(jax.config.jax_default_matmul_precision),
                    seconds=round(time.time() - t0, 1),
                    cpu_seconds=round(time.process_time() - cpu0, 1), uptime_before=load,
-                   command="python benchmarks/ifca_figure3.py " + " ".join(map(shlex.quote, sys.argv[1:])))
+                   command=command())
         with open(args.out, "a") as f:
             f.write(json.dumps(res) + "\n")
         print(f"panel {args.panel} {point}: success {res['success']:.2f} "
@@ -208,8 +208,7 @@ def combine(args):
             superseded.append(keyed[key])
         keyed[key] = r
     rows = sorted(keyed.values(), key=lambda r: (r["panel"], r["sigma"], r["n"], r["R"], r["m"]))
-    cmd = "python benchmarks/ifca_figure3.py " + " ".join(map(shlex.quote, sys.argv[1:]))
-    lines = [f"    {cmd}", "",
+    lines = [generated_by().rstrip("\n"), "",
              "# IFCA Figure 3: probability of success, synthetic mixed linear regression", "",
              "Success: for a fixed theta*, the minimum of dist over the random initialisations x "
              "the step-size sweep is <= 0.6 sigma + 0.001 (dist with Hungarian matching). "

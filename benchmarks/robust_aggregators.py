@@ -28,14 +28,13 @@ import json
 import os
 import platform
 import re
-import shlex
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import load_averages, output_file, ROOT  # noqa: E402
-from provenance import generated_by  # noqa: E402
+from provenance import command, generated_by  # noqa: E402
 
 VARIANTS = ("median / packed", "median / masked", "median / numpy", "trimmed mean / packed",
             "trimmed mean / masked", "trimmed mean / numpy", "mean", "geometric median", "krum",
@@ -174,7 +173,7 @@ def measure(args, argv) -> list[dict]:
         platform=platform.processor() or platform.machine(), devices=jax.device_count(),
         repeats=args.repeats, jax_version=jax.__version__, cores=len(os.sched_getaffinity(0)),
         load_before=load, date=date.strftime("%Y-%m-%d %H:%M UTC"),
-        command="python benchmarks/robust_aggregators.py " + shlex.join(argv))
+        command=command([__file__, *argv]))
     records = []
     for name, fn in variants().items():
         if any(s in name for s in args.skip) or (args.only and not any(s in name for s in args.only)):

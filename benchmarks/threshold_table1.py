@@ -58,7 +58,6 @@ import json
 import os
 import platform
 import re
-import shlex
 import subprocess
 import sys
 import time
@@ -81,7 +80,7 @@ from fedclust_jax.data.recipes import personalized_mnist
 from fedclust_jax.models.mlp import mlp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from provenance import generated_by  # noqa: E402
+from provenance import command, generated_by  # noqa: E402
 from _common import output_file  # noqa: E402
 
 PAPER = {  # Table 1: (acc %, loss)
@@ -271,7 +270,7 @@ def combined_file(combined, paths, argv):
         "# Threshold-clustering paper, Table 1: test accuracy (%) over seeds", "",
         f"Setting: {combined.setting}.", "",
         "Mean ± std over the seeds of " + ", ".join(f"`{p}`" for p in paths) + ". Command: "
-        "`python benchmarks/threshold_table1.py " + shlex.join(argv) + "`.", "",
+        f"`{command([__file__, *argv])}`.", "",
         *[f"- {line}" for line in combined.lines], "",
         *([f"{combined.summary}; the first file's value is used:", "",
            *[f"- {line}" for line in combined.differ], ""] if combined.differ else [])])
@@ -407,8 +406,7 @@ def main(argv=None):
                     uptime_before=load, setting={k: getattr(args, k) for k in SETTING_KEYS},
                     machine=f"{platform.processor() or platform.machine()}, JAX "
                             f"{jax.__version__} on {jax.devices()[0].platform}",
-                    command="python benchmarks/threshold_table1.py " + shlex.join(
-                        sys.argv[1:] if argv is None else argv))
+                    command=command(None if argv is None else [__file__, *argv]))
                 with open(args.jsonl, "a") as fh:
                     fh.write(json.dumps(record) + "\n")
     if args.time_round:
@@ -444,11 +442,11 @@ def table(results, times, wall, args, seeds, miscls, *, first_line=None, run_com
     passes its own ``first_line``, the ``run_commands`` that made the records, their
     ``cpu`` seconds and ``loads`` (uptime before each) and the records' ``machine``."""
     fc_rounds = args.fc_rounds or args.rounds
-    command = without_notes(sys.argv[1:])
+    run_argv = [__file__, *without_notes(sys.argv[1:])]
     if run_commands is None:
-        run_commands = ["python benchmarks/threshold_table1.py " + shlex.join(command)]
+        run_commands = [command(run_argv)]
     if first_line is None:
-        first_line = generated_by([__file__, *command]).rstrip("\n")
+        first_line = generated_by(run_argv).rstrip("\n")
     lines = [
         first_line, "",
         "# Threshold-clustering paper, Table 1 (MNIST, K = 4 x 75 clients)", "",
