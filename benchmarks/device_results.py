@@ -94,14 +94,18 @@ def figure3_records(device_dir: Path) -> list[dict]:
 
 
 def done(device_dir: Path) -> dict:
-    """What earlier runs finished: {"parts": {part: run}, "table1": {(m, n, method)},
+    """What earlier runs finished: {"parts": {part: run}, "tests": {code fingerprint: run}
+    (the tests part ran to the end, passed or failed), "table1": {(m, n, method)},
     "ifca_table2": {method}, "srfca_table4": {"dataset / method"}, "ifca_figure3": [records]
     (the suite keeps the points at the paper's sizes), "cnn_conv": the faster convolution the
     latest run measured, or None}. A part counts as done when a run recorded it "ok"
-    (ifca_round: and every dtype row was timed); tests never do."""
-    parts, conv = {}, None
+    (ifca_round: and every dtype row was timed); tests count by their code only."""
+    parts, tests, conv = {}, {}, None
     for name, folder, summary in runs(device_dir):
         conv = (_json(folder / "cnn_conv.json") or {}).get("faster") or conv
+        ran = _json(folder / "tests.json") or {}
+        if ran.get("code") and ran.get("status") in ("ok", "failed"):
+            tests[ran["code"]] = name
         for p in summary["parts"]:
             if p["status"] != "ok" or p["part"] == "tests":
                 continue
@@ -111,7 +115,7 @@ def done(device_dir: Path) -> dict:
                     continue
             parts[p["part"]] = name
     full = lambda r: r["rounds"] >= r.get("asked", TABLE1_ROUNDS)  # noqa: E731
-    return dict(parts=parts,
+    return dict(parts=parts, tests=tests,
                 table1={k for k, r in table1_rows(device_dir).items() if full(r)},
                 ifca_table2={k for k, r in script_rows(device_dir, "ifca_table2").items() if full(r)},
                 srfca_table4={k for k, r in script_rows(device_dir, "srfca_table4").items() if full(r)},

@@ -125,3 +125,30 @@ def test_suite_table_parts_use_the_measured_convolution(device_dir, tmp_path):
     assert suite.conv() == "native"
     args.done = None
     assert device_suite.Suite(args, COMMAND).conv() is None
+
+
+def test_test_counts_sums_pytest_summaries():
+    text = "x\n1 failed, 25 passed in 97.41s (0:01:37)\n...\n===== 3 passed, 1 warning in 2.0s =====\n"
+    assert device_suite.test_counts(text) == {"failed": 1, "passed": 28}
+    assert device_suite.test_counts("25 passed tests were listed") == {}
+
+
+def test_tests_part_runs_and_is_skipped_at_the_same_code(tmp_path):
+    """The dry tests part (one test, one process) records its code; an earlier run that
+    finished at that code makes it skip; another code reruns it."""
+    args = SimpleNamespace(out=str(tmp_path / "s"), budget=120.0, done=None, dry_run=True,
+                           archive=None, parts=["tests"])
+    suite = device_suite.Suite(args, COMMAND)
+    rec = device_suite.part_tests(suite, 120.0)
+    assert rec["status"] == "ok" and rec["counts"] == {"passed": 1}, rec
+    assert rec["code"] == device_suite.code_fingerprint() and len(rec["code"]) == 16
+    log = (tmp_path / "s" / "tests.txt").read_text()
+    assert log.startswith("1 tests in 1 processes, JAX_DEFAULT_MATMUL_PRECISION=highest")
+    assert not list((tmp_path / "s").glob("tests_*.log"))
+    (tmp_path / "s" / "summary.json").write_text(json.dumps(dict(parts=[])))
+    done = device_results.done(tmp_path / "s")       # the folder as an earlier --out
+    assert done["tests"] == {rec["code"]: "s"}
+    suite.done = done
+    assert device_suite.part_tests(suite, 120.0)["status"] == "skipped"
+    suite.done = dict(done, tests={"0" * 16: "s"})
+    assert device_suite.part_tests(suite, 120.0)["status"] == "ok"
