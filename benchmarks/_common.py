@@ -1,7 +1,7 @@
 """What benchmark scripts share: one child process per configuration (``--one CFG``),
 per-round timing marks, peak memory, result-file paths checked at the command line, the
 head of a result file (or a whole one from what a script prints), and rounds run in
-compiled chunks under a deadline.
+compiled chunks under a deadline, saved when the deadline cuts them and resumed from there.
 
 A script using it runs from the command line as ``python benchmarks/<script>.py``, so this
 folder is on ``sys.path``; ``run_child`` also puts the repository root there.
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import io
 import json
 import os
 import resource
 import sys
 import time
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -158,8 +160,78 @@ def append_jsonl(path: str, record: dict) -> None:
         os.close(fd)
 
 
+def code_fingerprint(folders=("fedclust_jax", "tests")) -> str:
+    """sha256 (first 16 hex digits) of every .py file under ``folders`` of the repository."""
+    h = hashlib.sha256()
+    files = sorted(f for d in folders for f in Path(ROOT, d).glob("**/*.py"))
+    for f in files:
+        h.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def checkpoint_path(folder, *key) -> Path | None:
+    """``folder/<digest>.npz``, the checkpoint of the rows identified by ``key`` (any values
+    with a stable repr: script, setting, method) and by the code of the package and the
+    benchmarks, so a checkpoint of other code is never resumed; None without a folder."""
+    if folder is None:
+        return None
+    text = repr((key, code_fingerprint(("fedclust_jax", "benchmarks"))))
+    return Path(folder) / f"{hashlib.sha256(text.encode()).hexdigest()[:20]}.npz"
+
+
+def add_checkpoint_argument(ap: argparse.ArgumentParser) -> None:
+    """``--checkpoint-dir``: where rows cut by ``--budget`` save their states and resume."""
+    ap.add_argument("--checkpoint-dir", default=None,
+                    help="a row cut by --budget saves its states here, and the same command "
+                         "resumes it from them (the device suite's second call of a session)")
+
+
+def _is_key(leaf) -> bool:
+    import jax
+    return jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+
+
+def save_rounds(path: Path, states, done: int) -> None:
+    """Writes ``states`` (a pytree of arrays, typed PRNG keys included) and the rounds done
+    as raw bytes to ``path`` (.npz; replaced atomically)."""
+    import jax
+    import numpy as np
+    arrays = {"done": np.asarray(done)}
+    for i, leaf in enumerate(jax.tree.leaves(states)):
+        a = np.asarray(jax.random.key_data(leaf) if _is_key(leaf) else leaf)
+        arrays[f"leaf{i}"] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+    os.replace(tmp, path)
+
+
+def load_rounds(path: Path, template):
+    """(states, rounds done) from ``save_rounds``; ``template`` (states of the same run, e.g.
+    a fresh init) gives the structure, dtypes, shapes and shardings. A file that does not
+    fit the template raises ValueError."""
+    import jax
+    import numpy as np
+    leaves, treedef = jax.tree.flatten(template)
+    with np.load(path) as z:
+        if len(z.files) != len(leaves) + 1:
+            raise ValueError(f"{path}: {len(z.files) - 1} arrays, the run has {len(leaves)}")
+        out = []
+        for i, t in enumerate(leaves):
+            like = jax.random.key_data(t) if _is_key(t) else t
+            raw = z[f"leaf{i}"]
+            if raw.size != like.size * like.dtype.itemsize:
+                raise ValueError(f"{path}: array {i} has {raw.size} bytes, the run's "
+                                 f"{like.shape} {like.dtype} needs {like.size * like.dtype.itemsize}")
+            a = jax.device_put(raw.view(like.dtype).reshape(like.shape), t.sharding)
+            out.append(jax.random.wrap_key_data(a, impl=jax.random.key_impl(t)) if _is_key(t) else a)
+        return jax.tree.unflatten(treedef, out), int(z["done"])
+
+
 def chunked_rounds(step, states, rounds: int, deadline: float, per_chunk: int, *args,
-                   log: bool = True, fixed: bool = False, timing: dict | None = None):
+                   log: bool = True, fixed: bool = False, timing: dict | None = None,
+                   checkpoint: Path | None = None):
     """Runs rounds 0..rounds-1 in chunks of ``per_chunk`` rounds, until ``rounds`` are done
     or the next chunk, timed like the last, would end after ``deadline``
     (``time.monotonic()``; the first chunk always runs). A chunk is
@@ -167,15 +239,26 @@ def chunked_rounds(step, states, rounds: int, deadline: float, per_chunk: int, *
     int32[n]), or with ``fixed`` ``step(states, start, stop, *args)`` (int32 scalars: a scan
     of ``per_chunk`` rounds from ``start`` that skips rounds >= ``stop``, so every chunk has
     one shape and compiles once). ``timing`` (a dict) receives the first chunk's seconds
-    (compile included) and the mean seconds per round of the later chunks. Returns (states,
-    rounds run)."""
+    (compile included) and the mean seconds per round of the later chunks. With
+    ``checkpoint`` (a path, ``checkpoint_path``), a run cut by the deadline saves its states
+    there, and a later run with the same path resumes from them (``timing["resumed_from"]``:
+    the round) and deletes the file when it reaches ``rounds``; round t's key depends on t
+    only, so a resumed run runs the same rounds as an uncut one. Returns (states, rounds
+    run, counted from round 0)."""
     import jax
     import jax.numpy as jnp
     done, last, per_chunk = 0, 0.0, max(1, min(per_chunk, rounds))
     first, later = None, []
+    if checkpoint is not None and checkpoint.exists():
+        states, done = load_rounds(checkpoint, states)
+        if timing is not None:
+            timing["resumed_from"] = done
+        if log:
+            print(f"    resumed at round {done} from {checkpoint}", flush=True)
+    start = done
     while done < rounds:
         n = min(per_chunk, rounds - done)
-        if done and time.monotonic() + last * n / per_chunk > deadline:
+        if done > start and time.monotonic() + last * n / per_chunk > deadline:
             break
         t0 = time.monotonic()
         chunk_args = ((jnp.int32(done), jnp.int32(rounds)) if fixed
@@ -189,6 +272,11 @@ def chunked_rounds(step, states, rounds: int, deadline: float, per_chunk: int, *
         if log:
             print(f"    {done}/{rounds} rounds ({last:.1f} s for the last {n}; load "
                   f"{os.getloadavg()[0]:.2f})", flush=True)
+    if checkpoint is not None:
+        if done < rounds:
+            save_rounds(checkpoint, states, done)
+        elif checkpoint.exists():
+            checkpoint.unlink()
     if timing is not None:
         timing.update(first_chunk_s=round(first or 0.0, 2),
                       s_per_round=round(sum(later) / len(later), 4) if later else None)

@@ -42,7 +42,10 @@ Sessions on a device are short, so the work spans runs: ``benchmarks/device_resu
 run finished ("ok"; ``tests``: ran to the end at the same code), the IFCA Table 1 rows and Table 2 / Table 4
 methods it ran at full schedule and the Figure 3 points it ran at the paper's sizes. The same
 command thus continues where the last session stopped; ``benchmarks/README.md`` gives the two
-calls of a session.
+calls of a session. A table row cut by the budget (IFCA Table 1, Table 2, Table 4) saves its
+states under ``--checkpoints`` (default ``.suite/checkpoints``, which a warm machine keeps
+between a session's calls; the files are not archived), and the session's second call
+resumes it from the round it reached instead of from round 0.
 
 Every part writes ``<out>/<part>.json`` (and ``.md`` or ``.txt`` where it has a table or a
 log); ``<out>/summary.json`` and ``summary.md`` list every part's status (ok, partial,
@@ -58,7 +61,6 @@ from ``--source``, checking it stays under the 64 MiB a run can carry).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -79,7 +81,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import chunked_rounds, output_file  # noqa: E402
+from _common import checkpoint_path, chunked_rounds, code_fingerprint, output_file  # noqa: E402
 from provenance import generated_by  # noqa: E402
 import device_results  # noqa: E402
 
@@ -214,15 +216,6 @@ def subprocess_part(suite: Suite, name: str, cmd: list[str], budget: float, log:
 
 # ------------------------------------------------------------------------------ parts
 
-def code_fingerprint() -> str:
-    """sha256 (first 16 hex digits) of every .py file under fedclust_jax/ and tests/: a tests
-    part that an earlier run finished with the same value ran the same code."""
-    h = hashlib.sha256()
-    for f in sorted([*ROOT.glob("fedclust_jax/**/*.py"), *ROOT.glob("tests/**/*.py")]):
-        h.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
 def test_counts(text: str) -> dict:
     """{"passed": n, "failed": n, ...} summed over pytest summary lines in ``text``."""
     counts: dict = {}
@@ -244,7 +237,7 @@ def part_tests(suite: Suite, budget: float) -> dict:
     lowest, default, so the library's explicit ``Precision.HIGHEST`` contractions are still
     checked. Skipped when an earlier run (``--done``) finished the part at the same
     ``code_fingerprint``."""
-    code = code_fingerprint()
+    code = code_fingerprint(("fedclust_jax", "tests"))
     if code in suite.done.get("tests", {}):
         return dict(status="skipped", reason=f"ran at this code in run {suite.done['tests'][code]} "
                     "(--done none reruns it)", code=code)
@@ -557,8 +550,11 @@ def part_ifca_table1(suite: Suite, budget: float) -> dict:
                                                       None), state, ts)[0]
                 return jax.vmap(one)(states, keys)
 
-            states, done = chunked_rounds(jax.jit(chunk), states, rounds, deadline - 5,
-                                          per_chunk, data, log=False)
+            timing = {}
+            states, done = chunked_rounds(
+                jax.jit(chunk), states, rounds, deadline - 5, per_chunk, data, log=False,
+                timing=timing, checkpoint=checkpoint_path(a.checkpoints, "ifca_table1", m, n, name,
+                                                          seeds, rounds, a.init, str(a.data_dir)))
             if done < rounds:
                 status = "partial"
             ev = jax.jit(jax.vmap(lambda st, d, alg=alg: {k: v for k, v in alg.evaluate(st, d).items()
@@ -571,7 +567,8 @@ def part_ifca_table1(suite: Suite, budget: float) -> dict:
             paper = PAPER_TABLE1.get((m, n), (None,) * 3)[list(table1_methods(model, m, a.dry_run)).index(name)]
             row = dict(m=m, n=n, method=name, rounds=done, acc_mean=float(np.mean(acc)),
                        acc_std=float(np.std(acc)), acc=acc, paper=paper, misclustering=mis,
-                       seconds=round(time.monotonic() - t0, 1))
+                       seconds=round(time.monotonic() - t0, 1),
+                       resumed_from=timing.get("resumed_from", 0))
             rows.append(row)
             md.append(f"| {m} | {n} | {name} | {done} | {row['acc_mean']:.2f} ± {row['acc_std']:.2f} "
                       f"| {paper if paper is not None else '-'} | "
@@ -612,6 +609,8 @@ def part_script(name: str, script: str):
             mode = ["--full", "--methods", *left]
             if suite.conv():
                 mode += ["--conv", suite.conv()]
+        if suite.args.checkpoints:
+            mode += ["--checkpoint-dir", str(suite.args.checkpoints)]
         inner = max(1.0, budget - max(15.0, 0.1 * budget))
         rec = subprocess_part(suite, name, [sys.executable, str(path), *mode, "--data-dir",
                                             suite.args.data_dir, "--out",
@@ -677,7 +676,15 @@ def main(argv=None):
                          "folders; parts and table rows finished there are skipped. Default: "
                          "benchmarks/results/device on a full-size run, nothing on --dry-run; "
                          "'none': run everything")
+    ap.add_argument("--checkpoints", default=None,
+                    help="folder where table rows cut by the budget save their states and a "
+                         "later call resumes them (default .suite/checkpoints on a full-size run, "
+                         "kept by a warm device machine between a session's calls; 'none': off)")
     args = ap.parse_args(argv)
+    if args.checkpoints is None and not args.dry_run:
+        args.checkpoints = str(ROOT / ".suite" / "checkpoints")
+    elif args.checkpoints == "none":
+        args.checkpoints = None
     if args.prepare_data:
         total = prepare_data(Path(args.source), Path(args.data_dir))
         print(f"copied {total / 2**20:.1f} MiB of {', '.join(DATA_PARTS)} to {args.data_dir}")

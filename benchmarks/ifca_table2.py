@@ -61,7 +61,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from _common import chunked_rounds, output_file  # noqa: E402
+from _common import add_checkpoint_argument, checkpoint_path, chunked_rounds, output_file  # noqa: E402
 from fedclust_jax.models.layers import CONV_IMPLS, resolve_conv  # noqa: E402
 from provenance import generated_by  # noqa: E402
 
@@ -125,13 +125,13 @@ def block(tree):
 
 
 def run_rounds(alg, data, keys, rounds: int, deadline: float, per_chunk: int = 25,
-               init=None, timing: dict | None = None):
+               init=None, timing: dict | None = None, checkpoint=None):
     """Seeds as a vmap axis: init from fold_in(key, 0), round t from fold_in(fold_in(key, 1),
     t); rounds in scan chunks of ``per_chunk`` until ``rounds`` or the deadline. Every chunk
     has the same length (a last, shorter chunk skips its surplus rounds with ``lax.cond``),
     so the chunk compiles once. ``timing`` (a dict) receives the seconds of the init, of the
-    first chunk (compile included) and of the later chunks per round. Returns (states,
-    rounds run)."""
+    first chunk (compile included) and of the later chunks per round; ``checkpoint``: see
+    ``chunked_rounds``. Returns (states, rounds run)."""
     init = init or alg.init
     t0 = time.monotonic()
     states = block(jax.jit(jax.vmap(lambda k: init(jax.random.fold_in(k, 0), data)))(keys))
@@ -147,7 +147,7 @@ def run_rounds(alg, data, keys, rounds: int, deadline: float, per_chunk: int = 2
         return jax.vmap(one)(states, keys)
 
     states, done = chunked_rounds(jax.jit(chunk), states, rounds, deadline, per_chunk,
-                                  fixed=True, timing=timing)
+                                  fixed=True, timing=timing, checkpoint=checkpoint)
     if timing is not None:
         timing["init_s"] = round(t_init, 2)
     return states, done
@@ -325,6 +325,7 @@ def main(argv=None):
     add_conv_argument(ap)
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds; no new chunk or method starts after it (rows so far kept)")
+    add_checkpoint_argument(ap)
     args = ap.parse_args(argv)
     if args.full and args.dry_run:
         ap.error("--full and --dry-run exclude each other")
@@ -376,7 +377,9 @@ def main(argv=None):
         want = own_rounds if own_rounds is not None else rounds
         timing = {}
         states, done = run_rounds(alg, data, keys, want, deadline,
-                                  per_chunk=min(args.per_chunk, want), timing=timing)
+                                  per_chunk=min(args.per_chunk, want), timing=timing,
+                                  checkpoint=checkpoint_path(args.checkpoint_dir, "ifca_table2",
+                                                             setting, info, name))
         t_eval = time.monotonic()
         acc, client_acc, assign = evaluate(alg, states, data)
         timing["evaluate_s"] = round(time.monotonic() - t_eval, 2)

@@ -64,7 +64,7 @@ import numpy as np  # noqa: E402
 
 from ifca_table2 import (add_conv_argument, block, fmt, leaf_data, ordering_lines,  # noqa: E402
                          uptime, write_outputs)
-from _common import chunked_rounds, output_file  # noqa: E402
+from _common import add_checkpoint_argument, checkpoint_path, chunked_rounds, output_file  # noqa: E402
 from fedclust_jax.models.layers import resolve_conv  # noqa: E402
 from provenance import generated_by  # noqa: E402
 
@@ -208,7 +208,9 @@ def run_dataset(ds, args, deadline, rows, write):
             label = f"{done} steps / {CODE[ds]['rounds'] * CODE[ds]['steps']}"
         else:
             alg, want = algs[name]
-            states, done = run_rounds_data(alg, data, keys, want, deadline, args.per_chunk)
+            states, done = run_rounds_data(alg, data, keys, want, deadline, args.per_chunk,
+                                           checkpoint_path(args.checkpoint_dir, "srfca_table4",
+                                                           setting, info, name))
             if name == "SR-FCA":
                 sr_states = states  # its ONE_SHOT models (state.local) are the Local baseline
             ev = block(jax.jit(jax.vmap(alg.evaluate))(states, data))
@@ -228,7 +230,7 @@ def run_dataset(ds, args, deadline, rows, write):
     return setting
 
 
-def run_rounds_data(alg, data, keys, rounds, deadline, per_chunk):
+def run_rounds_data(alg, data, keys, rounds, deadline, per_chunk, checkpoint=None):
     """``run_rounds`` with per-seed data ([S, ...]): vmapped over (key, data)."""
     states = block(jax.jit(jax.vmap(lambda k, d: alg.init(jax.random.fold_in(k, 0), d)))(keys, data))
 
@@ -239,7 +241,8 @@ def run_rounds_data(alg, data, keys, rounds, deadline, per_chunk):
                                 state, ts)[0]
         return jax.vmap(one)(states, keys, data)
 
-    return chunked_rounds(jax.jit(chunk), states, rounds, deadline, per_chunk, data)
+    return chunked_rounds(jax.jit(chunk), states, rounds, deadline, per_chunk, data,
+                          checkpoint=checkpoint)
 
 
 def render(rows, settings, start, end=None) -> str:
@@ -328,6 +331,7 @@ def main(argv=None):
     add_conv_argument(ap)
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds; no new chunk or method starts after it (rows so far kept)")
+    add_checkpoint_argument(ap)
     args = ap.parse_args(argv)
     if args.combine:
         return combine(args.combine, Path(args.out))

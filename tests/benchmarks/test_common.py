@@ -1,6 +1,7 @@
 """benchmarks/_common: a script's printed output becomes a result file that opens with the
 command, and printing is unchanged (``printed_to``); result-file options are checked when the
-command line is parsed (``output_file``)."""
+command line is parsed (``output_file``); rounds cut by a deadline resume from a checkpoint
+(``chunked_rounds``)."""
 
 import argparse
 import re
@@ -10,7 +11,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from _common import output_file, printed_to  # noqa: E402
+from _common import (checkpoint_path, chunked_rounds, load_rounds, output_file,  # noqa: E402
+                     printed_to, save_rounds)
 from provenance import command  # noqa: E402
 
 
@@ -90,3 +92,49 @@ def test_every_committed_result_file_opens_with_the_command_of_a_committed_scrip
                  if (m := re.search(r"--out (benchmarks/results/\S+?)[`\s]", line))
                  and bench.parent / m[1] != f]
     assert elsewhere == []
+
+
+def _rounds_step():
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def step(states, ts):       # round t: x <- x * 0.5 + uniform(fold_in(key, t)); key kept
+        def body(s, t):
+            x, key = s
+            return (x * 0.5 + jax.random.uniform(jax.random.fold_in(key, t), x.shape)
+                    .astype(x.dtype), key), None
+        return jax.lax.scan(body, states, ts)[0]
+    return step, (jnp.ones((3, 2), jnp.bfloat16), jax.random.key(7))
+
+
+def test_chunked_rounds_cut_by_the_deadline_resumes_to_the_uncut_result(tmp_path):
+    import jax
+    import numpy as np
+    step, states = _rounds_step()
+    whole, done = chunked_rounds(step, states, 10, float("inf"), 4, log=False)
+    assert done == 10
+    path = checkpoint_path(tmp_path, "demo", 10)
+    cut, done = chunked_rounds(step, states, 10, 0.0, 4, log=False, checkpoint=path)
+    assert done == 4 and path.exists()                 # the first chunk always runs
+    timing = {}
+    resumed, done = chunked_rounds(step, states, 10, float("inf"), 3, log=False,
+                                   checkpoint=path, timing=timing)
+    assert done == 10 and timing["resumed_from"] == 4 and not path.exists()
+    np.testing.assert_array_equal(np.asarray(resumed[0], np.float32), np.asarray(whole[0], np.float32))
+    assert resumed[0].dtype == whole[0].dtype
+    assert (jax.random.key_data(resumed[1]) == jax.random.key_data(whole[1])).all()
+
+
+def test_checkpoint_that_does_not_fit_the_run_is_refused(tmp_path):
+    import jax.numpy as jnp
+    _, states = _rounds_step()
+    save_rounds(tmp_path / "c.npz", states, 3)
+    back, done = load_rounds(tmp_path / "c.npz", states)
+    assert done == 3 and back[0].shape == (3, 2)
+    with pytest.raises(ValueError, match="bytes"):
+        load_rounds(tmp_path / "c.npz", (jnp.ones((4, 2), jnp.bfloat16), states[1]))
+    with pytest.raises(ValueError, match="arrays"):
+        load_rounds(tmp_path / "c.npz", (states[0],))
+    assert checkpoint_path(None, "x") is None
+    assert checkpoint_path(tmp_path, "a", 1) != checkpoint_path(tmp_path, "a", 2)
