@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKPOINT_MAX_BYTES = 4 * 2 ** 30   # larger states (per-client CNNs) are not saved: the write
+                                     # would outlast the margin a cut run keeps for its tables
 
 
 def load_averages() -> str:
@@ -243,8 +245,9 @@ def chunked_rounds(step, states, rounds: int, deadline: float, per_chunk: int, *
     ``checkpoint`` (a path, ``checkpoint_path``), a run cut by the deadline saves its states
     there, and a later run with the same path resumes from them (``timing["resumed_from"]``:
     the round) and deletes the file when it reaches ``rounds``; round t's key depends on t
-    only, so a resumed run runs the same rounds as an uncut one. Returns (states, rounds
-    run, counted from round 0)."""
+    only, so a resumed run runs the same rounds as an uncut one. States over
+    ``CHECKPOINT_MAX_BYTES`` are not saved. Returns (states, rounds run, counted from round
+    0)."""
     import jax
     import jax.numpy as jnp
     done, last, per_chunk = 0, 0.0, max(1, min(per_chunk, rounds))
@@ -272,11 +275,15 @@ def chunked_rounds(step, states, rounds: int, deadline: float, per_chunk: int, *
         if log:
             print(f"    {done}/{rounds} rounds ({last:.1f} s for the last {n}; load "
                   f"{os.getloadavg()[0]:.2f})", flush=True)
-    if checkpoint is not None:
-        if done < rounds:
+    if checkpoint is not None and done >= rounds:
+        checkpoint.unlink(missing_ok=True)
+    elif checkpoint is not None:
+        size = sum(leaf.nbytes for leaf in jax.tree.leaves(states) if not _is_key(leaf))
+        if size <= CHECKPOINT_MAX_BYTES:
             save_rounds(checkpoint, states, done)
-        elif checkpoint.exists():
-            checkpoint.unlink()
+        elif log:
+            print(f"    not saved: {size / 2**30:.1f} GiB of states (limit "
+                  f"{CHECKPOINT_MAX_BYTES / 2**30:.0f} GiB)", flush=True)
     if timing is not None:
         timing.update(first_chunk_s=round(first or 0.0, 2),
                       s_per_round=round(sum(later) / len(later), 4) if later else None)

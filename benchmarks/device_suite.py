@@ -63,8 +63,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import platform
+import re
 import shlex
 import shutil
 import subprocess

@@ -138,3 +138,15 @@ def test_checkpoint_that_does_not_fit_the_run_is_refused(tmp_path):
         load_rounds(tmp_path / "c.npz", (states[0],))
     assert checkpoint_path(None, "x") is None
     assert checkpoint_path(tmp_path, "a", 1) != checkpoint_path(tmp_path, "a", 2)
+
+
+def test_states_over_the_limit_are_not_saved(tmp_path, monkeypatch):
+    import _common
+    step, states = _rounds_step()
+    monkeypatch.setattr(_common, "CHECKPOINT_MAX_BYTES", 11)     # the bf16 [3, 2] array: 12
+    path = checkpoint_path(tmp_path, "demo")
+    _, done = chunked_rounds(step, states, 10, 0.0, 4, log=False, checkpoint=path)
+    assert done == 4 and not path.exists()
+    monkeypatch.setattr(_common, "CHECKPOINT_MAX_BYTES", 12)
+    _, done = chunked_rounds(step, states, 10, 0.0, 4, log=False, checkpoint=path)
+    assert path.exists()
