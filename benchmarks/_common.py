@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CHECKPOINT_MAX_BYTES = 4 * 2 ** 30   # larger states (per-client CNNs) are not saved: the write
-                                     # would outlast the margin a cut run keeps for its tables
+CHECKPOINT_MAX_BYTES = 4 * 2 ** 30   # larger states (per-client CNNs) are not saved: writing
+                                     # them could outlast the margin (at least 15 s) a cut
+                                     # table script keeps (device disk speed not measured)
 
 
 def load_averages() -> str:

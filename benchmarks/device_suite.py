@@ -238,7 +238,7 @@ def part_tests(suite: Suite, budget: float) -> dict:
     checked. Skipped when an earlier run (``--done``) finished the part at the same
     ``code_fingerprint``."""
     code = code_fingerprint(("fedclust_jax", "tests"))
-    if code in suite.done.get("tests", {}):
+    if code in suite.done["tests"]:
         return dict(status="skipped", reason=f"ran at this code in run {suite.done['tests'][code]} "
                     "(--done none reruns it)", code=code)
     deadline = time.monotonic() + budget
