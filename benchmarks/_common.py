@@ -22,8 +22,9 @@ from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKPOINT_MAX_BYTES = 4 * 2 ** 30   # larger states (per-client CNNs) are not saved: writing
-                                     # them could outlast the margin (at least 15 s) a cut
-                                     # table script keeps (device disk speed not measured)
+                                     # them could outlast the margin (at least 15 s) the
+                                     # suite leaves a cut table script (device disk speed
+                                     # not measured)
 
 
 def load_averages() -> str:
