@@ -52,8 +52,8 @@ from fedclust_jax.config_check import check_model_state
 from fedclust_jax.core.aggregate import cluster_mean, mean_from_sums, share_body
 from fedclust_jax.core.clients import chain_clients, map_clients
 from fedclust_jax.core.losses import loss_matrix, loss_matrix_ids, train_test_loss_matrices
-from fedclust_jax.core.participation import (client_keys, num_participants, participants,
-                                              per_cluster_participants)
+from fedclust_jax.core.participation import (client_keys, num_participants, pack_slots,
+                                              participants, per_cluster_participants)
 from fedclust_jax.core.pytree import head_mask, take
 from fedclust_jax.core.train import (LocalTraining, cluster_pass, join_state, local_train,
                                      split_state)
@@ -223,8 +223,10 @@ class IFCA:
         return new, dict(train_loss=loss.min(axis=1).mean())
 
     def _select(self, state: ClusterState, key, data):
-        """clients_per_cluster variant: (idx int32[K*S] participants, their keys, their
-        clusters int32[K*S] (-1: an empty slot), the new assignment int32[N], loss [N, K])."""
+        """clients_per_cluster variant: (idx int32[M] participants, their keys, their
+        clusters int32[M] (-1: an empty slot), the new assignment int32[N], loss [N, K]).
+        M = min(K*S, N): with more slots than clients at least K*S - N are empty, so only
+        N slots, the valid ones first (``pack_slots``), are trained."""
         cfg, k = self.cfg, self.cfg.num_clusters
         if cfg.clients_per_cluster is None:
             idx, keys = participants(key, data.num_clients, cfg.participation)
@@ -237,11 +239,14 @@ class IFCA:
                                               cfg.clients_per_cluster)
         idx = ids.reshape(-1)
         assign = jnp.where(valid, jnp.arange(k)[:, None], -1).reshape(-1).astype(jnp.int32)
+        if idx.shape[0] > data.num_clients:
+            slots = pack_slots(valid, data.num_clients)
+            idx, assign = idx[slots], assign[slots]
         return idx, client_keys(key, idx), assign, everyone, loss
 
     def _round_per_client(self, state: ClusterState, key, data):
         """The SR-FCA-code variants (sequential chains, S members per cluster): option II
-        with every participant's trained model held at once ([M, P], M = K*S or the
+        with every participant's trained model held at once ([M, P], M = min(K*S, N) or the
         participants), so their live memory is O(M*P); data read by id in the chunk."""
         cfg = self.cfg
         idx, keys, assign, new_assign, loss = self._select(state, key, data)

@@ -63,7 +63,7 @@ from fedclust_jax.core.losses import loss_matrix_ids, own_loss_ids
 from fedclust_jax.core.oneshot import ONE_SHOT_INITS, check_graph_options, one_shot, replace_steps
 from fedclust_jax.core.pairwise import (client_cluster_cross_loss, cluster_cross_loss,
                                         l2_distances)
-from fedclust_jax.core.participation import client_keys, per_cluster_participants
+from fedclust_jax.core.participation import client_keys, pack_slots, per_cluster_participants
 from fedclust_jax.core.pytree import flatten_stacked, take
 from fedclust_jax.core.robust import cluster_trimmed_mean
 from fedclust_jax.core.traced import concrete
@@ -230,12 +230,9 @@ class SRFCA:
             return cluster_trimmed_mean(trained, assign, params, cfg.beta)
         ids, valid = per_cluster_participants(jax.random.fold_in(key, 2), assign, k,
                                               cfg.clients_per_cluster)
-        s, valid = ids.shape[1], valid.reshape(-1)
-        # pack the valid (cluster, slot) pairs round-robin over clusters (slot 0 of every
-        # cluster, then slot 1, ...); train only the first M of them
-        m = min(k * s, n, cfg.max_participants or n)
-        pos = jnp.arange(k * s)
-        slots = jnp.argsort(jnp.where(valid, (pos % s) * k + pos // s, k * s))[:m]
+        s = ids.shape[1]
+        slots = pack_slots(valid, min(k * s, n, cfg.max_participants or n))
+        valid = valid.reshape(-1)
         trained = run(ids.reshape(-1)[slots], jnp.where(valid[slots], slots // s, -1))
         trained = jax.tree.map(
             lambda a: jnp.zeros((k * s,) + a.shape[1:], a.dtype).at[slots].set(a).reshape(

@@ -49,3 +49,13 @@ def per_cluster_participants(key, assign, num_clusters: int, per_cluster: int):
     score = jnp.where(assign[None, :] == jnp.arange(num_clusters)[:, None], prio[None, :], 2.0)
     neg, ids = lax.top_k(-score, min(per_cluster, assign.shape[0]))     # lowest scores
     return ids.astype(jnp.int32), -neg < 1.5
+
+
+def pack_slots(valid, m: int) -> jax.Array:
+    """int32[m]: flat indices into ``valid`` bool[K, S] (``per_cluster_participants``) of the
+    m slots to train, the valid ones first, taken round-robin over clusters (slot 0 of every
+    cluster, then slot 1, ...), then invalid ones. Each client is in at most one cluster, so
+    with m >= the number of clients no valid slot is left out."""
+    k, s = valid.shape
+    pos = jnp.arange(k * s)
+    return jnp.argsort(jnp.where(valid.reshape(-1), (pos % s) * k + pos // s, k * s))[:m]

@@ -66,7 +66,7 @@ def per_cluster_fedavg():
     return out
 
 
-@pytest.mark.parametrize("per_cluster", [None, 50])
+@pytest.mark.parametrize("per_cluster", [None, 6, 50])   # 50: 2 x 12 slots packed to 12
 def test_ifca_frozen_to_true_clusters_equals_per_cluster_fedavg(per_cluster):
     data = small_classification()
     ifca = IFCA(FROZEN_MODEL, IFCAConfig(num_clusters=2, local=FROZEN_LOCAL, assignment="oracle",
@@ -238,6 +238,18 @@ def test_per_cluster_sampling_trains_at_most_s_members_of_each_cluster():
     np.testing.assert_array_equal(assign, [0, 0, 1, 1])
     np.testing.assert_array_equal(np.asarray(data.cluster)[idx], assign)
     assert len(set(idx.tolist())) == 4
+
+
+def test_per_cluster_sampling_with_more_slots_than_clients_trains_each_client_once():
+    """K*S = 2 x 12 slots for 12 clients: only 12 slots are trained, every client in one,
+    with its own cluster (the empty slots are dropped, not trained and discarded)."""
+    data = small_classification()
+    ifca = IFCA(mlp((6, 3)), IFCAConfig(num_clusters=2, local=LocalTraining(steps=1, lr=0.1),
+                                        assignment="oracle", clients_per_cluster=20))
+    idx, keys, assign, _, _ = ifca._select(ifca.init(jax.random.key(0), data), jax.random.key(1), data)
+    idx, assign = np.asarray(idx), np.asarray(assign)
+    assert sorted(idx.tolist()) == list(range(12)) and keys.shape == (12,)
+    np.testing.assert_array_equal(np.asarray(data.cluster)[idx], assign)
 
 
 def test_weight_sharing_needs_a_head():

@@ -9,7 +9,8 @@ from fedclust_jax.core.aggregate import cluster_mean, global_mean
 from fedclust_jax.core.clients import chain_clients, map_clients
 from fedclust_jax.core.kmeans import kmeans
 from fedclust_jax.core.losses import loss_matrix
-from fedclust_jax.core.participation import num_participants, participants, sample_participants
+from fedclust_jax.core.participation import (num_participants, pack_slots, participants,
+                                             per_cluster_participants, sample_participants)
 from fedclust_jax.core.train import LocalTraining, local_train, minibatch, shuffled_order
 from fedclust_jax.models.mlp import mlp
 
@@ -123,6 +124,18 @@ def test_participation_is_static_and_without_replacement():
     for bad in (0.0, 1.5, -0.1):
         with pytest.raises(ValueError, match="participation"):
             num_participants(10, bad)
+
+
+def test_per_cluster_slots_pack_valid_ones_round_robin():
+    """Clusters of sizes 3, 1, 0 with S = 2: the valid slots (0,0), (1,0), (0,1) come
+    first, slot 0 of every cluster before slot 1; each member is drawn once."""
+    assign = jnp.array([0, 0, 1, 0, -1], jnp.int32)
+    ids, valid = per_cluster_participants(jax.random.key(0), assign, 3, 2)
+    np.testing.assert_array_equal(valid, [[True, True], [True, False], [False, False]])
+    assert set(np.asarray(ids[0]).tolist()) <= {0, 1, 3} and ids[0, 0] != ids[0, 1]
+    assert int(ids[1, 0]) == 2
+    np.testing.assert_array_equal(pack_slots(valid, 4)[:3], [0, 2, 1])
+    assert pack_slots(valid, 3).shape == (3,)
 
 
 def test_kmeans_finds_separated_groups():
