@@ -1,10 +1,10 @@
 """SR-FCA Table 4 on the FEMNIST and Shakespeare copies: SR-FCA, IFCA, Global, Local, CFL,
 FedSoft, ONE_SHOT-IFCA, test accuracy beside the paper's.
 
-    # the committed CPU runs (one background run of 87 min on 2 cores), then their merge:
+    # the committed CPU runs (one background run on 2 cores), then their merge:
     python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets femnist \
         --rounds 100 --clients 10 --shakespeare-steps 10 --max-samples 100 --seeds 1 \
-        --methods SR-FCA Local Global IFCA --per-chunk 5 --budget 5400 \
+        --methods SR-FCA Local Global IFCA CFL ONE_SHOT-IFCA --per-chunk 5 --budget 5700 \
         --out benchmarks/results/srfca_table4_femnist.md
     python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets shakespeare \
         --rounds 6 --clients 10 --shakespeare-steps 10 --max-samples 100 \
