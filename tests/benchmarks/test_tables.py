@@ -138,9 +138,30 @@ def test_srfca_table4_combine_takes_each_dataset_from_its_run(table4, tmp_path):
     assert "Combined from these runs" in md and "femnist.md` (femnist)" in md
 
 
+def test_ifca_table2_code_protocol_dry_run_pretrains_then_trains_the_heads(leaf, tmp_path):
+    out = tmp_path / "t2c.md"
+    res = run("ifca_table2.py", "--dry-run", "--protocol", "code", "--data-dir", leaf,
+              "--out", out, "--methods", "IFCA k=2", "local", "--rounds", "3",
+              "--eval-every", "2")
+    assert res.returncode == 0, res.stdout + res.stderr
+    md = out.read_text()
+    assert "(the authors' code's protocol)" in md and "Pre-training (FedAvg" in md
+    rows = {r[0]: r for r in table_rows(md)}
+    assert all(len(r) == 8 for r in rows.values())
+    # 2 pre-training rounds, the 20-round warm start, 3 IFCA rounds (chunks of 2: 2, 3)
+    assert rows["IFCA k=2"][5] == "2 + 20 + 3 / 2000 + 20 + 4000"
+    assert rows["IFCA k=2"][2].endswith("(2)") or rows["IFCA k=2"][2].endswith("(3)")
+    assert rows["local"][5].startswith("2 rounds + ") and rows["global"][1] == "not run"
+    obj = json.loads(out.with_suffix(".json").read_text())
+    assert obj["pretraining"]["rounds"] == 2 and obj["complete"]
+    row = next(r for r in obj["rows"] if r["method"] == "IFCA k=2")
+    assert max(row["best"]) >= max(row["acc"]) - 1e-9   # the best is over every evaluation
+
+
 @pytest.mark.parametrize("script,args,message", [
     ("ifca_table2", ["--rounds", "0"], "--rounds must be >= 1"),
     ("ifca_table2", ["--full", "--dry-run"], "exclude each other"),
+    ("ifca_table2", ["--dry-run", "--eval-every", "5"], "--eval-every is a --protocol code option"),
     ("srfca_table4", ["--rounds", "2", "--clients", "0"], "--clients must be >= 1"),
     ("srfca_table4", [], "give --rounds"),
 ])

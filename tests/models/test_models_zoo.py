@@ -117,3 +117,26 @@ def test_resnet9_batchnorm_state_per_client_under_vmap():
         np.testing.assert_array_equal(a, b)
     assert out_eval.shape == (2, 4, 10)
     assert all(np.isfinite(a).all() for a in jax.tree.leaves(g))
+
+
+
+@pytest.mark.parametrize("model,x_dim,head_size", [(mlp((12, 7, 5)), 12, 7 * 5 + 5),
+                                                  (femnist_cnn(6, size=8), 64, 2048 * 6 + 6)],
+                         ids=["mlp", "femnist_cnn"])
+def test_head_only_on_the_body_features_equals_the_whole_model(model, x_dim, head_size):
+    from fedclust_jax.models.base import head_only
+    p = model.init(jax.random.key(0))
+    x = jax.random.normal(jax.random.key(1), (4, x_dim))
+    head, take_head = head_only(model, p)
+    hp = take_head(p)
+    assert sum(a.size for a in hp) == head_size
+    np.testing.assert_allclose(head.apply(hp, model.body_apply(p, x)), model.apply(p, x),
+                               rtol=1e-6, atol=1e-6)
+    assert sum(a.size for a in head.init(jax.random.key(2))) == head_size
+
+
+def test_head_only_refuses_a_model_that_does_not_split():
+    from fedclust_jax.models.base import head_only
+    from fedclust_jax.models.linear import linear_regression
+    with pytest.raises(ValueError, match="does not split"):
+        head_only(linear_regression(3), None)
