@@ -30,10 +30,10 @@ Where each setting comes from (spec ifca-uifca.md sections 2.3, 3.4, ambiguities
   the code's total (2000 FedAvg pre-training rounds + 4000 IFCA rounds); the code's
   pre-train-then-freeze-the-body pipeline, its random-group warm start, its sample-weighted
   mean and its best-over-rounds reporting are NOT used by default (the paper's weight
-  sharing from a random start, final-round accuracy); ``--protocol code`` runs them. "One epoch" is ceil(mean train samples / 10) steps
-  of batch 10 for every client (static shapes). Local: every client trains alone for as many
-  epochs as it trains in expectation in the federated runs (rounds * 6 / N), from one
-  random init per client.
+  sharing from a random start, final-round accuracy); ``--protocol code`` runs them.
+  "One epoch" is ceil(mean train samples / 10) steps of batch 10 for every client (static
+  shapes). Local: every client trains alone for as many epochs as it trains in expectation
+  in the federated runs (rounds * 6 / N), from one random init per client.
 - the data: the FEMNIST copy has 105 writers (20 of the 35 shards of LEAF's 5% niid sample,
   writers of any size kept); the paper's Table 2 used LEAF FEMNIST through the authors'
   code's 5% sample keeping writers with >= 100 samples. See the table's header for the
@@ -46,11 +46,11 @@ into k equal groups, each group's model 20 FedAvg rounds), 4000 rounds of 6 clie
 sample-weighted means throughout; the test accuracy is evaluated every ``--eval-every``
 rounds and both the last and the best are reported. As the body is frozen, the heads train
 on its features, computed once per seed (``models.base.head_only``): the same model as
-running the CNN (up to float rounding), at the cost of a linear layer. Not settled by the spec's account of the
-code, chosen here: the body frozen in the warm start too and 6 of a group's clients a
-warm-start round; how often the code evaluates (here every 10 rounds); one-shot (the
-paper-protocol clustering on raw pixels, then per-cluster FedAvg of the heads from the
-pre-trained model) and local (each writer's head from the pre-trained model, as many
+running the CNN (up to float rounding), at the cost of a linear layer. Not settled by the
+spec's account of the code, chosen here: the body frozen in the warm start too and 6 of a
+group's clients a warm-start round; how often the code evaluates (here every 10 rounds);
+one-shot (the paper-protocol clustering on raw pixels, then per-cluster FedAvg of the heads
+from the pre-trained model) and local (each writer's head from the pre-trained model, as many
 epochs as in expectation federated) on the same frozen body.
 
 ``--dry-run``: 8 writers, a toy MLP 784-32-62 instead of the CNN, 2 rounds, 1 seed (the
@@ -317,7 +317,8 @@ def code_methods(head, local, participation: float, n: int):
         def init(key, feats, hp, raw):
             order = jax.random.permutation(jax.random.fold_in(key, 0), n)
             groups = jnp.zeros((n,), jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32) % k)
-            state = warm.init(jax.random.fold_in(key, 1), feats, params=copies(hp, k), assign=groups)
+            state = warm.init(jax.random.fold_in(key, 1), feats, params=copies(hp, k),
+                              assign=groups)
             step = lambda s, t: (warm.round(s, jax.random.fold_in(key, 2 + t), feats)[0], None)
             state = jax.lax.scan(step, state, jnp.arange(WARM_ROUNDS))[0]
             return alg.init(jax.random.fold_in(key, 2 + WARM_ROUNDS), feats, params=state.params)
@@ -587,7 +588,8 @@ def main(argv=None):
         setting = (f"{common}; IFCA option II with weight sharing (heads per cluster); "
                    f"one-shot: softmax regression per writer, k-means, per-cluster FedAvg; "
                    f"local: {local_epochs} epochs per writer; {seeds} seed(s) (vmapped); "
-                   f"{rounds} rounds asked (paper schedule, authors' code: {FULL_ROUNDS}); {device}")
+                   f"{rounds} rounds asked (paper schedule, authors' code: {FULL_ROUNDS}); "
+                   f"{device}")
     keys = jax.vmap(jax.random.key)(jnp.arange(seeds))
     rows = []
     out = Path(args.out)
