@@ -45,7 +45,7 @@ trains: IFCA k = 2, 3 and global (k = 1) after the random-group warm start (clie
 into k equal groups, each group's model 20 FedAvg rounds), 4000 rounds of 6 clients;
 sample-weighted means throughout; the test accuracy is evaluated every ``--eval-every``
 rounds and both the last and the best are reported. As the body is frozen, the heads train
-on its features, computed once per seed (``models.base.head_only``): the same model as
+on its features, computed once per seed (``core.pytree.head_only``): the same model as
 running the CNN (up to float rounding), at the cost of a linear layer. Not settled by the
 spec's account of the code, chosen here: the body frozen in the warm start too and 6 of a
 group's clients a warm-start round; how often the code evaluates (here every 10 rounds);
@@ -381,7 +381,7 @@ def run_code_protocol(args, model, local, data, info, keys, rounds, setting, dea
     equal to running the CNN, as the body no longer changes). Calls ``log_row(row)`` after
     each method and returns the pre-training record."""
     from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
-    from fedclust_jax.models.base import head_only
+    from fedclust_jax.core.pytree import head_only
     n = data.num_clients
     pre_rounds = args.pretrain_rounds
     fedavg = FedAvg(model, FedAvgConfig(local=local, participation=min(1.0, PRETRAIN_CLIENTS / n),

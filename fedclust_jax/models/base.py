@@ -162,29 +162,3 @@ def num_params(params: Params) -> int:
     """Number of scalar parameters in one model's params."""
     return sum(int(a.size) for a in jax.tree.leaves(params))
 
-
-def head_only(model: Model, like: Params) -> tuple[Model, Callable[[Params], list]]:
-    """(head, take_head) for training only the head on a frozen body: ``head`` is a
-    ``Model`` of the ``model.head`` groups alone, whose inputs are the body's features
-    [n, F], and ``take_head(params)`` its params (the head leaves of a ``model`` params
-    tree, a list), so that ``head.apply(take_head(p), model.body_apply(p, x)) ==
-    model.apply(p, x)``. ``like``: a params tree of ``model`` (only shapes are read)."""
-    from fedclust_jax.core.pytree import head_mask
-    if not (model.splits and model.head):
-        raise ValueError(f"{model.name} does not split into a body and a head; head_only "
-                         "needs a model with body_apply, head_apply and head names")
-    mask = jax.tree.leaves(head_mask(like, model.head))
-    leaves, treedef = jax.tree.flatten(like)
-    shapes = [(a.shape, a.dtype) for a in leaves]
-
-    def take_head(params: Params) -> list:
-        return [a for a, m in zip(jax.tree.leaves(params), mask) if m]
-
-    def apply(head_params: list, h: jax.Array) -> jax.Array:
-        it = iter(head_params)   # the body's leaves are zeros that head_apply never reads
-        full = [next(it) if m else jnp.zeros(s, d) for m, (s, d) in zip(mask, shapes)]
-        return model.head_apply(jax.tree.unflatten(treedef, full), h)
-
-    head = Model(name=f"{model.name}-head", init=lambda key: take_head(model.init(key)),
-                 apply=apply, task=model.task)
-    return head, take_head

@@ -119,12 +119,11 @@ def test_resnet9_batchnorm_state_per_client_under_vmap():
     assert all(np.isfinite(a).all() for a in jax.tree.leaves(g))
 
 
-
 @pytest.mark.parametrize("model,x_dim,head_size", [(mlp((12, 7, 5)), 12, 7 * 5 + 5),
                                                   (femnist_cnn(6, size=8), 64, 2048 * 6 + 6)],
                          ids=["mlp", "femnist_cnn"])
 def test_head_only_on_the_body_features_equals_the_whole_model(model, x_dim, head_size):
-    from fedclust_jax.models.base import head_only
+    from fedclust_jax.core.pytree import head_only
     p = model.init(jax.random.key(0))
     x = jax.random.normal(jax.random.key(1), (4, x_dim))
     head, take_head = head_only(model, p)
@@ -136,7 +135,7 @@ def test_head_only_on_the_body_features_equals_the_whole_model(model, x_dim, hea
 
 
 def test_head_only_refuses_a_model_that_does_not_split():
-    from fedclust_jax.models.base import head_only
+    from fedclust_jax.core.pytree import head_only
     from fedclust_jax.models.linear import linear_regression
     with pytest.raises(ValueError, match="does not split"):
         head_only(linear_regression(3), None)
