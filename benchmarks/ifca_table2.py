@@ -375,6 +375,19 @@ def best_rounds(alg, init, keys, feats, hp, raw, rounds: int, every: int, deadli
     return states, done, np.asarray(record)
 
 
+def methods_to_run(chosen: dict, names, deadline: float):
+    """(name, entry) of ``chosen`` in table order for the asked ``names``, until the budget's
+    ``deadline`` (the rest are skipped, with a line)."""
+    for name, entry in chosen.items():
+        if name not in names:
+            continue
+        if time.monotonic() > deadline:
+            print(f"  {name}: skipped, out of --budget", flush=True)
+            return
+        print(f"== {name}", flush=True)
+        yield name, entry
+
+
 def run_code_protocol(args, model, local, data, info, keys, rounds, setting, deadline, log_row):
     """The authors' code's pipeline: FedAvg pre-training of the whole CNN, the body frozen,
     then every method on the heads alone, over the body's features (computed once per seed;
@@ -403,13 +416,8 @@ def run_code_protocol(args, model, local, data, info, keys, rounds, setting, dea
     print(f"   pre-training: {fmt(pre_acc)} % after {pre_done} rounds, {pre['seconds']} s",
           flush=True)
     local_epochs = max(1, round(rounds * CLIENTS_PER_ROUND / n))
-    for name, (alg, init) in code_methods(head, local, min(1.0, CLIENTS_PER_ROUND / n), n).items():
-        if name not in args.methods:
-            continue
-        if time.monotonic() > deadline:
-            print(f"  {name}: skipped, out of --budget", flush=True)
-            break
-        print(f"== {name}", flush=True)
+    chosen = code_methods(head, local, min(1.0, CLIENTS_PER_ROUND / n), n)
+    for name, (alg, init) in methods_to_run(chosen, args.methods, deadline):
         t0, timing = time.monotonic(), {}
         want = local_epochs if name == "local" else rounds
         states, done, record = best_rounds(
@@ -630,13 +638,8 @@ def run_paper_protocol(args, model, local, participation, data, info, keys, roun
                        local_epochs, setting, deadline, log_row):
     """Every method from a random start on the whole CNN; ``log_row(row)`` after each."""
     n = data.num_clients
-    for name, (alg, own_rounds) in methods(model, local, participation, data, local_epochs).items():
-        if name not in args.methods:
-            continue
-        if time.monotonic() > deadline:
-            print(f"  {name}: skipped, out of --budget", flush=True)
-            break
-        print(f"== {name}", flush=True)
+    chosen = methods(model, local, participation, data, local_epochs)
+    for name, (alg, own_rounds) in methods_to_run(chosen, args.methods, deadline):
         t0 = time.monotonic()
         want = own_rounds if own_rounds is not None else rounds
         timing = {}
