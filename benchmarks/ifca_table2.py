@@ -140,6 +140,17 @@ def block(tree):
     return jax.block_until_ready(tree)
 
 
+def scan_rounds(alg, state, key, start, stop, per_chunk: int, data):
+    """``per_chunk`` rounds of one seed from round ``start`` in a ``lax.scan``, rounds >=
+    ``stop`` skipped (so every chunk has one shape); round t's key is
+    fold_in(fold_in(key, 1), t)."""
+    rk = jax.random.fold_in(key, 1)
+    body = lambda s, t: (jax.lax.cond(
+        t < stop, lambda s: alg.round(s, jax.random.fold_in(rk, t), data)[0],
+        lambda s: s, s), None)
+    return jax.lax.scan(body, state, start + jnp.arange(per_chunk))[0]
+
+
 def run_rounds(alg, data, keys, rounds: int, deadline: float, per_chunk: int = 25,
                init=None, timing: dict | None = None, checkpoint=None):
     """Seeds as a vmap axis: init from fold_in(key, 0), round t from fold_in(fold_in(key, 1),
@@ -154,12 +165,7 @@ def run_rounds(alg, data, keys, rounds: int, deadline: float, per_chunk: int = 2
     t_init = time.monotonic() - t0
 
     def chunk(states, start, stop):
-        def one(state, key):
-            rk = jax.random.fold_in(key, 1)
-            body = lambda s, t: (jax.lax.cond(
-                t < stop, lambda s: alg.round(s, jax.random.fold_in(rk, t), data)[0],
-                lambda s: s, s), None)
-            return jax.lax.scan(body, state, start + jnp.arange(per_chunk))[0]
+        one = lambda state, key: scan_rounds(alg, state, key, start, stop, per_chunk, data)
         return jax.vmap(one)(states, keys)
 
     states, done = chunked_rounds(jax.jit(chunk), states, rounds, deadline, per_chunk,
@@ -190,6 +196,13 @@ def evaluate(alg, states, data, data_axes=None):
     weighted, client = accuracy_pct(test_accuracy(ev), data.count_test)
     return ([float(w) for w in weighted], [float(c) for c in client],
             np.asarray(ev["assign"]) if "assign" in ev else None)
+
+
+def cluster_sizes(name: str, assign) -> str:
+    """Seed 0's cluster sizes of a clustering method ("-" for global and local)."""
+    if assign is None or name in ("global", "local"):
+        return "-"
+    return str(np.bincount(assign[0], minlength=int(assign.max()) + 1).tolist())
 
 
 def fmt(vals, digits=2):
@@ -356,11 +369,7 @@ def best_rounds(alg, init, keys, feats, hp, raw, rounds: int, every: int, deadli
     def chunk(carry, first, stop, keys, feats):
         def one(carry, key, f):
             state, record = carry
-            rk = jax.random.fold_in(key, 1)
-            body = lambda s, t: (jax.lax.cond(
-                t < stop, lambda s: alg.round(s, jax.random.fold_in(rk, t), f)[0],
-                lambda s: s, s), None)
-            state = jax.lax.scan(body, state, first + jnp.arange(every))[0]
+            state = scan_rounds(alg, state, key, first, stop, every, f)
             w, c = accuracy_pct(test_accuracy(alg.evaluate(state, f)), f.count_test)
             at = jnp.minimum(first + every, stop).astype(jnp.float32)
             record = jnp.where(w > record[0], jnp.stack([w, c, at, w, c]),
@@ -388,7 +397,8 @@ def methods_to_run(chosen: dict, names, deadline: float):
         yield name, entry
 
 
-def run_code_protocol(args, model, local, data, info, keys, rounds, setting, deadline, log_row):
+def run_code_protocol(args, model, local, participation, data, info, keys, rounds,
+                      local_epochs, setting, deadline, log_row):
     """The authors' code's pipeline: FedAvg pre-training of the whole CNN, the body frozen,
     then every method on the heads alone, over the body's features (computed once per seed;
     equal to running the CNN, as the body no longer changes). Calls ``log_row(row)`` after
@@ -415,8 +425,7 @@ def run_code_protocol(args, model, local, data, info, keys, rounds, setting, dea
                seconds=round(time.monotonic() - t0, 1), timing=timing)
     print(f"   pre-training: {fmt(pre_acc)} % after {pre_done} rounds, {pre['seconds']} s",
           flush=True)
-    local_epochs = max(1, round(rounds * CLIENTS_PER_ROUND / n))
-    chosen = code_methods(head, local, min(1.0, CLIENTS_PER_ROUND / n), n)
+    chosen = code_methods(head, local, participation, n)
     for name, (alg, init) in methods_to_run(chosen, args.methods, deadline):
         t0, timing = time.monotonic(), {}
         want = local_epochs if name == "local" else rounds
@@ -424,8 +433,7 @@ def run_code_protocol(args, model, local, data, info, keys, rounds, setting, dea
             alg, init, keys, feats, hp, data, want, min(args.eval_every, want), deadline, timing,
             checkpoint_path(args.checkpoint_dir, "ifca_table2", setting, info, name))
         acc, client_acc, assign = evaluate(alg, states, feats, per_seed_axes(feats))
-        sizes = "-" if assign is None or name in ("global", "local") else str(
-            np.bincount(assign[0], minlength=int(assign.max()) + 1).tolist())
+        sizes = cluster_sizes(name, assign)
         steps = (f"{pre_done} rounds + {done} epochs / {PRETRAIN_ROUNDS} + "
                  f"{round(CODE_ROUNDS * CLIENTS_PER_ROUND / n)}" if name == "local" else
                  f"{pre_done} + {done} / {PRETRAIN_ROUNDS} + {CODE_ROUNDS}" if "one-shot" in name
@@ -612,8 +620,8 @@ def main(argv=None):
 
     pre = None
     if code:
-        pre = run_code_protocol(args, model, local, data, info, keys, rounds, setting,
-                                deadline, log_row)
+        pre = run_code_protocol(args, model, local, participation, data, info, keys, rounds,
+                                local_epochs, setting, deadline, log_row)
     else:
         run_paper_protocol(args, model, local, participation, data, info, keys, rounds,
                            local_epochs, setting, deadline, log_row)
@@ -650,8 +658,7 @@ def run_paper_protocol(args, model, local, participation, data, info, keys, roun
         t_eval = time.monotonic()
         acc, client_acc, assign = evaluate(alg, states, data)
         timing["evaluate_s"] = round(time.monotonic() - t_eval, 2)
-        sizes = "-" if assign is None or name in ("global", "local") else str(
-            np.bincount(assign[0], minlength=int(assign.max()) + 1).tolist())
+        sizes = cluster_sizes(name, assign)
         label = (f"{done} epochs / {round(FULL_ROUNDS * CLIENTS_PER_ROUND / n)}" if name == "local"
                  else f"{done} / {FULL_ROUNDS}")
         log_row(dict(method=name, acc=acc, client_acc=client_acc, rounds=done, asked=want,

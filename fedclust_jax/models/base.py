@@ -161,4 +161,3 @@ def with_dtype(model, dtype):
 def num_params(params: Params) -> int:
     """Number of scalar parameters in one model's params."""
     return sum(int(a.size) for a in jax.tree.leaves(params))
-
