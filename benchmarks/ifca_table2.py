@@ -198,11 +198,21 @@ def evaluate(alg, states, data, data_axes=None):
             np.asarray(ev["assign"]) if "assign" in ev else None)
 
 
-def cluster_sizes(name: str, assign) -> str:
-    """Seed 0's cluster sizes of a clustering method ("-" for global and local)."""
+def cluster_sizes(name: str, assign) -> list | None:
+    """Every seed's cluster sizes of a clustering method (None for global and local)."""
     if assign is None or name in ("global", "local"):
-        return "-"
-    return str(np.bincount(assign[0], minlength=int(assign.max()) + 1).tolist())
+        return None
+    a = np.asarray(assign)
+    return [np.bincount(row, minlength=int(a.max()) + 1).tolist() for row in a]
+
+
+def seeds_text(first: int, count: int) -> str:
+    """The setting's seed clause: "2 seed(s) (vmapped)" from seed 0, else the range."""
+    if first == 0:
+        return f"{count} seed(s) (vmapped)"
+    if count == 1:
+        return f"seed {first}"
+    return f"seeds {first}-{first + count - 1} ({count}, vmapped)"
 
 
 def fmt(vals, digits=2):
@@ -433,7 +443,7 @@ def run_code_protocol(args, model, local, participation, data, info, keys, round
             alg, init, keys, feats, hp, data, want, min(args.eval_every, want), deadline, timing,
             checkpoint_path(args.checkpoint_dir, "ifca_table2", setting, info, name))
         acc, client_acc, assign = evaluate(alg, states, feats, per_seed_axes(feats))
-        sizes = cluster_sizes(name, assign)
+        sizes_all = cluster_sizes(name, assign)
         steps = (f"{pre_done} rounds + {done} epochs / {PRETRAIN_ROUNDS} + "
                  f"{round(CODE_ROUNDS * CLIENTS_PER_ROUND / n)}" if name == "local" else
                  f"{pre_done} + {done} / {PRETRAIN_ROUNDS} + {CODE_ROUNDS}" if "one-shot" in name
@@ -442,7 +452,8 @@ def run_code_protocol(args, model, local, participation, data, info, keys, round
         log_row(dict(method=name, acc=acc, client_acc=client_acc, rounds=done, asked=want,
                      best=record[:, 0].tolist(), best_client=record[:, 1].tolist(),
                      best_round=record[:, 2].astype(int).tolist(), rounds_label=steps,
-                     sizes=sizes, paper=PAPER[name], seconds=round(time.monotonic() - t0, 1),
+                     sizes=str(sizes_all[0]) if sizes_all else "-", sizes_all=sizes_all,
+                     paper=PAPER[name], seconds=round(time.monotonic() - t0, 1),
                      timing=timing, load=load(None)))
     return pre
 
@@ -487,9 +498,11 @@ def render(args, info, rows, setting, start_uptime, end_uptime=None, pre=None) -
         lines += [f"Pre-training (FedAvg, the whole model): {pre['rounds']} of {pre['asked']} "
                   f"rounds, test acc {fmt(pre['acc'])} % (client-mean {fmt(pre['client_acc'])} "
                   f"%), {pre['seconds']} s.", ""]
-    best_head = " best over the evaluations (round, seed 0) |" if code else ""
+    best_head = (f" best over the evaluations (round, seed {args.first_seed}) |" if code
+                 else "")
     lines += ["| method | ours: test acc % (mean ± std over seeds) |" + best_head +
-              " client-mean acc % | paper | rounds run / paper schedule | cluster sizes (seed 0) "
+              " client-mean acc % | paper | rounds run / paper schedule | cluster sizes "
+              f"(seed {args.first_seed}) "
               "| seconds (s / round after the first chunk) |",
               "|---|---|" + ("---|" if code else "") + "---|---|---|---|---|"]
     by = {r["method"]: r for r in rows}
@@ -542,7 +555,9 @@ def main(argv=None):
                     f"pre-training rounds (default {PRETRAIN_ROUNDS}; 2 dry)")
     ap.add_argument("--eval-every", type=int, default=None, help="--protocol code: rounds "
                     "between the test evaluations the best accuracy is taken over (default 10)")
-    ap.add_argument("--seeds", type=int, default=None, help="seeds 0..S-1 (default 5; 1 dry)")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds F..F+S-1 (default 5; 1 dry)")
+    ap.add_argument("--first-seed", type=int, default=0, help="F, the first seed (default 0): "
+                    "more seeds in a run of their own, merged by --combine")
     ap.add_argument("--clients", type=int, default=None, help="writers (default all)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--per-chunk", type=int, default=25, help="rounds per compiled scan chunk "
@@ -565,6 +580,8 @@ def main(argv=None):
     args.pretrain_rounds = args.pretrain_rounds or (2 if args.dry_run else PRETRAIN_ROUNDS)
     args.eval_every = args.eval_every or 10
     seeds = args.seeds or (1 if args.dry_run else 5)
+    if args.first_seed < 0:
+        ap.error(f"--first-seed must be >= 0, got {args.first_seed}")
     clients = args.clients or (8 if args.dry_run else None)
     if not args.full and not args.dry_run and args.rounds is None:
         ap.error("give --rounds R (a CPU budget), --full or --dry-run")
@@ -599,14 +616,15 @@ def main(argv=None):
                    "asked; one-shot: the paper protocol's clustering, per-cluster FedAvg of the "
                    f"heads; local: {local_epochs} epochs of each writer's own head; test "
                    f"accuracy every {args.eval_every} rounds (epochs for local), the last and "
-                   f"the best reported; {seeds} seed(s) (vmapped); {device}")
+                   f"the best reported; {seeds_text(args.first_seed, seeds)}; {device}")
     else:
         setting = (f"{common}; IFCA option II with weight sharing (heads per cluster); "
                    f"one-shot: softmax regression per writer, k-means, per-cluster FedAvg; "
-                   f"local: {local_epochs} epochs per writer; {seeds} seed(s) (vmapped); "
+                   f"local: {local_epochs} epochs per writer; "
+                   f"{seeds_text(args.first_seed, seeds)}; "
                    f"{rounds} rounds asked (paper schedule, authors' code: {FULL_ROUNDS}); "
                    f"{device}")
-    keys = jax.vmap(jax.random.key)(jnp.arange(seeds))
+    keys = jax.vmap(jax.random.key)(jnp.arange(args.first_seed, args.first_seed + seeds))
     rows = []
     out = Path(args.out)
 
@@ -658,11 +676,12 @@ def run_paper_protocol(args, model, local, participation, data, info, keys, roun
         t_eval = time.monotonic()
         acc, client_acc, assign = evaluate(alg, states, data)
         timing["evaluate_s"] = round(time.monotonic() - t_eval, 2)
-        sizes = cluster_sizes(name, assign)
+        sizes_all = cluster_sizes(name, assign)
         label = (f"{done} epochs / {round(FULL_ROUNDS * CLIENTS_PER_ROUND / n)}" if name == "local"
                  else f"{done} / {FULL_ROUNDS}")
         log_row(dict(method=name, acc=acc, client_acc=client_acc, rounds=done, asked=want,
-                     rounds_label=label, sizes=sizes, paper=PAPER[name],
+                     rounds_label=label, sizes=str(sizes_all[0]) if sizes_all else "-",
+                     sizes_all=sizes_all, paper=PAPER[name],
                      seconds=round(time.monotonic() - t0, 1), timing=timing, load=load(None)))
 
 if __name__ == "__main__":
