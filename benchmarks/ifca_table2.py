@@ -4,11 +4,17 @@
         --seeds 1 --budget 6900 --out benchmarks/results/ifca_table2.md   # the committed CPU run
     python benchmarks/ifca_table2.py --protocol code --data-dir ../shared/data --rounds 4000 \
         --seeds 2 --budget 6900 --out benchmarks/results/ifca_table2_code.md   # the code's pipeline
+    python benchmarks/ifca_table2.py --protocol code --data-dir ../shared/data --rounds 4000 \
+        --seeds 2 --first-seed 2 --budget 6900 --out benchmarks/results/ifca_table2_code_seeds23.md
+    python benchmarks/ifca_table2.py --combine benchmarks/results/ifca_table2_code.json \
+        benchmarks/results/ifca_table2_code_seeds23.json \
+        --out benchmarks/results/ifca_table2_code_combined.md   # seeds 0-3 in one table
     python benchmarks/ifca_table2.py --full --data-dir .data --out FILE.md   # accelerator
     python benchmarks/ifca_table2.py --dry-run --data-dir DIR --out FILE.md  # toy, seconds
 
 Writes FILE.md (first line: this command) and FILE.json (the numbers), rewritten after
-every method, so a run cut short keeps what it finished.
+every method, so a run cut short keeps what it finished. ``--first-seed F`` runs seeds
+F..F+S-1; ``--combine`` merges runs of one command on disjoint seeds into one table.
 
 Where each setting comes from (spec ifca-uifca.md sections 2.3, 3.4, ambiguities):
 - paper: LEAF FEMNIST, one writer per client, 62 classes; the network conv -> pool ->
@@ -65,6 +71,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -527,6 +534,94 @@ def render(args, info, rows, setting, start_uptime, end_uptime=None, pre=None) -
     return "\n".join(lines) + "\n"
 
 
+SEED_CLAUSE = re.compile(r"(\d+) seed\(s\) \(vmapped\)|seeds (\d+)-(\d+) \((\d+), vmapped\)"
+                         r"|seed (\d+)(?=;)")
+
+
+def run_seeds(setting: str) -> list[int]:
+    """The seeds a run's setting line names (``seeds_text``)."""
+    m = SEED_CLAUSE.search(setting)
+    if m is None:
+        raise SystemExit(f"no seed clause in the setting line: {setting[:80]}...")
+    if m.group(1):
+        return list(range(int(m.group(1))))
+    if m.group(2):
+        return list(range(int(m.group(2)), int(m.group(3)) + 1))
+    return [int(m.group(5))]
+
+
+def recorded_sizes(row: dict, seeds: list) -> list:
+    """A row's cluster sizes per seed; None for a seed its run did not record (runs before
+    ``sizes_all`` kept only the first seed's, in ``sizes``)."""
+    if row.get("sizes_all") or row["sizes"] == "-":
+        return row.get("sizes_all") or [None] * len(seeds)
+    return [json.loads(row["sizes"])] + [None] * (len(seeds) - 1)
+
+
+def combine(paths, out: Path) -> None:
+    """One table from runs of the same setting on different seeds (``--first-seed``): each
+    method's per-seed numbers are concatenated in seed order. Refuses runs whose settings
+    differ in more than their seeds, that share a seed, or whose rows ran different rounds."""
+    runs = sorted(((run_seeds(js["setting"]), p, js) for p in paths
+                   for js in [json.loads(Path(p).with_suffix(".json").read_text())]),
+                  key=lambda t: t[0][0])
+    seeds = [s for r in runs for s in r[0]]
+    if len(set(seeds)) < len(seeds):
+        raise SystemExit(f"--combine: the runs share seeds ({seeds}); give runs of disjoint seeds")
+    settings = {SEED_CLAUSE.sub("SEEDS", js["setting"]) for _, _, js in runs}
+    if len(settings) > 1 or len({json.dumps(js["data"]) for _, _, js in runs}) > 1:
+        raise SystemExit("--combine: the runs' settings or data differ beyond their seeds; "
+                         "combine only runs of one command with other --first-seed/--seeds")
+    lists = ("acc", "client_acc", "best", "best_client", "best_round")
+    rows = []
+    for m in METHODS:
+        have = [(ss, js) for ss, _, js in runs for r in js["rows"] if r["method"] == m]
+        parts = [(ss, next(r for r in js["rows"] if r["method"] == m)) for ss, js in have]
+        if not parts:
+            continue
+        if len({r["rounds"] for _, r in parts}) > 1:
+            raise SystemExit(f"--combine: {m} ran {[r['rounds'] for _, r in parts]} rounds in "
+                             "the runs; combine only rows of the same length")
+        row = dict(parts[0][1], seconds=" + ".join(str(r["seconds"]) for _, r in parts),
+                   timing={}, sizes_all=[sz for ss, r in parts for sz in recorded_sizes(r, ss)])
+        row.update({k: [v for _, r in parts for v in r[k]] for k in lists if k in row})
+        if len(parts) < len(runs):
+            row["rounds_label"] += " (seeds " + ", ".join(str(s) for ss, _ in parts
+                                                          for s in ss) + ")"
+        rows.append(row)
+    pre = None
+    if all("pretraining" in js for _, _, js in runs):
+        pres = [js["pretraining"] for _, _, js in runs]
+        pre = dict(pres[0], rounds=min(q["rounds"] for q in pres),
+                   acc=[a for q in pres for a in q["acc"]],
+                   client_acc=[a for q in pres for a in q["client_acc"]],
+                   seconds=" + ".join(str(q["seconds"]) for q in pres))
+    first = runs[0][2]
+    setting = SEED_CLAUSE.sub(f"seeds {', '.join(map(str, seeds))} (runs of "
+                              f"{' + '.join(str(len(ss)) for ss, _, _ in runs)} vmapped seeds)",
+                              first["setting"])
+    args = argparse.Namespace(protocol="code" if pre else "paper", first_seed=seeds[0],
+                              data_dir=re.search(r"--data-dir (\S+)", first["command"]).group(1)
+                              if "--data-dir" in first["command"] else "?")
+    md = render(args, first["data"], rows, setting, "see the runs below", "see the runs below",
+                pre)
+    sizes = [f"- {r['method']}: " + "; ".join(f"seed {s} {sz if sz else 'not recorded'}"
+                                              for s, sz in zip(seeds, r["sizes_all"]))
+             for r in rows if r["sizes"] != "-"]
+    md += ("\nCluster sizes of every seed (runs before `--first-seed` recorded only their "
+           "first seed's):\n\n" + "\n".join(sizes) + "\n" if sizes else "")
+    md += "\nCombined from these runs (each run's own file has its full table):\n\n" + "\n".join(
+        f"- `{Path(p).with_suffix('.md')}` (seeds {', '.join(map(str, ss))}): {js['command']} "
+        f"uptime at start: {js['uptime_start']}; at end: {js.get('uptime_end') or 'none'}."
+        for ss, p, js in runs) + "\n"
+    obj = dict(command=generated_by().strip(), setting=setting, data=first["data"], rows=rows,
+               seeds=seeds, runs=[str(p) for _, p, _ in runs], complete=None)
+    if pre:
+        obj["pretraining"] = pre
+    write_outputs(out, md, obj)
+    print(md)
+
+
 def add_conv_argument(ap: argparse.ArgumentParser) -> None:
     """``--conv``: the FEMNIST CNN's convolution (``models.cnn``), shared with srfca_table4."""
     ap.add_argument("--conv", default="auto", choices=CONV_IMPLS,
@@ -565,8 +660,13 @@ def main(argv=None):
     add_conv_argument(ap)
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds; no new chunk or method starts after it (rows so far kept)")
+    ap.add_argument("--combine", nargs="+", metavar="FILE.json",
+                    help="write one table (--out) from the .json files of runs that differ "
+                         "only in their seeds, and stop")
     add_checkpoint_argument(ap)
     args = ap.parse_args(argv)
+    if args.combine:
+        return combine(args.combine, Path(args.out))
     if args.full and args.dry_run:
         ap.error("--full and --dry-run exclude each other")
     code = args.protocol == "code"
