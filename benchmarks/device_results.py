@@ -96,7 +96,8 @@ def figure3_records(device_dir: Path) -> list[dict]:
 def done(device_dir: Path) -> dict:
     """What earlier runs finished: {"parts": {part: run}, "tests": {code fingerprint: run}
     (the tests part ran to the end, passed or failed), "table1": {(m, n, method)},
-    "ifca_table2": {method}, "srfca_table4": {"dataset / method"}, "ifca_figure3": [records]
+    "ifca_table2" and "ifca_table2_code": {method}, "srfca_table4": {"dataset / method"},
+    "ifca_figure3": [records]
     (the suite keeps the points at the paper's sizes), "cnn_conv": the faster convolution the
     latest run measured, or None}. A part counts as done when a run recorded it "ok"
     (ifca_round: and every dtype row was timed); tests count by their code only."""
@@ -119,6 +120,8 @@ def done(device_dir: Path) -> dict:
                 table1={k for k, r in table1_rows(device_dir).items() if full(r)},
                 ifca_table2={k for k, r in script_rows(device_dir, "ifca_table2").items() if full(r)},
                 srfca_table4={k for k, r in script_rows(device_dir, "srfca_table4").items() if full(r)},
+                ifca_table2_code={k for k, r in script_rows(device_dir, "ifca_table2_code").items()
+                                  if full(r)},
                 ifca_figure3=figure3_records(device_dir), cnn_conv=conv)
 
 
@@ -176,11 +179,13 @@ def merge(device_dir: Path, argv, notes=None) -> str:
             mis = "-" if r["misclustering"] is None else f"{sum(r['misclustering']) / len(r['misclustering']):.3f}"
             lines.append(f"| {m} | {n} | {method} | {r['rounds']} | {_acc(r)} | {r['paper']} | {mis} "
                          f"| `{r['run']}` |")
-    t2 = script_rows(device_dir, "ifca_table2")
-    if t2:
-        lines += ["", "## IFCA Table 2, FEMNIST copy: test accuracy %", "",
+    for part, protocol in (("ifca_table2", ""), ("ifca_table2_code", ", the authors' code's protocol")):
+        t2 = script_rows(device_dir, part)
+        if not t2:
+            continue
+        lines += ["", f"## IFCA Table 2, FEMNIST copy{protocol}: test accuracy % (last round)", "",
                   "Rows from all runs; rounds below the asked schedule: cut by the run's time. "
-                  "Setting: `runs/<run>/ifca_table2.md`.", "",
+                  f"Setting: `runs/<run>/{part}.md`.", "",
                   "| method | rounds / asked | test acc % (mean ± std) | paper | run |", "|---|---|---|---|---|"]
         for key, r in t2.items():
             paper = f"{r['paper'][0]} ± {r['paper'][1]}" if r.get("paper") else "-"
@@ -191,6 +196,8 @@ def merge(device_dir: Path, argv, notes=None) -> str:
               f"- IFCA Table 1 rows done: {len(d['table1'])} of 9",
               f"- IFCA Table 2 methods done: {', '.join(sorted(d['ifca_table2'])) or 'none'}",
               f"- SR-FCA Table 4 rows done: {', '.join(sorted(d['srfca_table4'])) or 'none'}",
+              "- IFCA Table 2 (the code's protocol) methods done: "
+              f"{', '.join(sorted(d['ifca_table2_code'])) or 'none'}",
               f"- IFCA Figure 3 points recorded: {len(d['ifca_figure3'])} (panels (b)-(d) have 20, 21 "
               "and 15; `ifca_figure3.py --combine` with the runs' `ifca_figure3.jsonl` draws them)"]
     if notes and Path(notes).exists():

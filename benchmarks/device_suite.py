@@ -35,6 +35,9 @@ Parts, in this order, each with its own time budget (seconds, capped by what is 
   srfca_table4  ``benchmarks/srfca_table4.py --full`` (FEMNIST, Shakespeare; skipped without
                 femnist-leaf/ and shakespeare-leaf/); both get ``--budget`` so a run cut by
                 the suite's time still writes the rows it finished (status partial)
+  ifca_table2_code  ``benchmarks/ifca_table2.py --protocol code --full``: Table 2 through the
+                authors' code's pipeline (2000 FedAvg pre-training rounds of the whole CNN,
+                then 4000 rounds of the heads alone), 5 seeds
 
 Sessions on a device are short, so the work spans runs: ``benchmarks/device_results.py
 --import`` keeps a run's archive under ``benchmarks/results/device/runs/``, and ``--done``
@@ -86,10 +89,10 @@ from provenance import generated_by  # noqa: E402
 import device_results  # noqa: E402
 
 PARTS = ("tests", "ifca_round", "ifca_separation", "sweep", "scale", "robust", "cross_loss", "cnn_conv",
-         "ifca_table1", "ifca_figure3", "ifca_table2", "srfca_table4")
+         "ifca_table1", "ifca_figure3", "ifca_table2", "srfca_table4", "ifca_table2_code")
 BUDGETS = {"tests": 100, "ifca_round": 45, "ifca_separation": 90, "sweep": 120, "scale": 180, "robust": 45,
            "cross_loss": 20, "cnn_conv": 120, "ifca_table1": 10_000, "ifca_figure3": 10_000,
-           "ifca_table2": 10_000, "srfca_table4": 10_000}
+           "ifca_table2": 10_000, "srfca_table4": 10_000, "ifca_table2_code": 10_000}
 FIGURE3_PANELS = ("b", "c", "d")     # panel (a) ran on the CPU (results/ifca_figure3.md)
 SWEEP_LRS = [round(0.01 * 1.25 ** i, 4) for i in range(16)]   # 16 step sizes x 4 seeds
 TESTS = ["tests/core/test_precision.py", "tests/algorithms/test_ifca.py", "tests/algorithms/test_srfca.py",
@@ -115,6 +118,7 @@ class Suite:
         self.records: list[dict] = []
         self.done = (device_results.done(args.done) if args.done else
                      dict(parts={}, tests={}, table1=set(), ifca_table2=set(), srfca_table4=set(),
+                          ifca_table2_code=set(),
                           ifca_figure3=[], cnn_conv=None))
 
     def conv(self) -> str | None:
@@ -583,15 +587,18 @@ def part_ifca_table1(suite: Suite, budget: float) -> dict:
 
 # The LEAF folders each table script reads, and the methods its dry run exercises (one row
 # per distinct code path; the CPU test of the suite must stay within its time)
-SCRIPT_DATA = {"ifca_table2": ("femnist-leaf",), "srfca_table4": ("femnist-leaf", "shakespeare-leaf")}
-DRY_METHODS = {"ifca_table2": ["IFCA k=2", "local"], "srfca_table4": ["SR-FCA", "Local"]}
+SCRIPT_DATA = {"ifca_table2": ("femnist-leaf",), "srfca_table4": ("femnist-leaf", "shakespeare-leaf"),
+               "ifca_table2_code": ("femnist-leaf",)}
+DRY_METHODS = {"ifca_table2": ["IFCA k=2", "local"], "srfca_table4": ["SR-FCA", "Local"],
+               "ifca_table2_code": ["IFCA k=2", "local"]}
+SCRIPT_MODULE = {"ifca_table2_code": "ifca_table2"}   # parts that run a script another way
 
 
-def part_script(name: str, script: str):
-    """A table script run as ``script --full|--dry-run --data-dir D --out <out>/<name>.md
-    --budget S``: S leaves the script 10% (at least 15 s) of the part's time to write the
-    rows it finished before the suite's timeout; skipped when the script or its data is
-    missing."""
+def part_script(name: str, script: str, extra: tuple = ()):
+    """A table script run as ``script [extra] --full|--dry-run --data-dir D --out
+    <out>/<name>.md --budget S``: S leaves the script 10% (at least 15 s) of the part's time
+    to write the rows it finished before the suite's timeout; skipped when the script or its
+    data is missing."""
     def part(suite: Suite, budget: float) -> dict:
         path = ROOT / "benchmarks" / script
         if not path.exists():
@@ -612,7 +619,7 @@ def part_script(name: str, script: str):
         if suite.args.checkpoints:
             mode += ["--checkpoint-dir", str(suite.args.checkpoints)]
         inner = max(1.0, budget - max(15.0, 0.1 * budget))
-        rec = subprocess_part(suite, name, [sys.executable, str(path), *mode, "--data-dir",
+        rec = subprocess_part(suite, name, [sys.executable, str(path), *extra, *mode, "--data-dir",
                                             suite.args.data_dir, "--out",
                                             str(suite.out / f"{name}.md"), "--budget",
                                             f"{inner:.0f}"], budget, f"{name}.txt")
@@ -629,7 +636,7 @@ def methods_left(name: str, done: set) -> list[str]:
     """The script's methods with a row (ifca_table2) or a dataset's row (srfca_table4) not
     finished at full schedule in an earlier run."""
     import importlib
-    mod = importlib.import_module(name)
+    mod = importlib.import_module(SCRIPT_MODULE.get(name, name))
     datasets = getattr(mod, "DATASETS", None)
     return [m for m in mod.METHODS if (m not in done if datasets is None else
                                        not all(f"{d} / {m}" in done for d in datasets))]
@@ -708,7 +715,9 @@ def main(argv=None):
                      ("ifca_table1", part_ifca_table1),
                      ("ifca_figure3", part_ifca_figure3),
                      ("ifca_table2", part_script("ifca_table2", "ifca_table2.py")),
-                     ("srfca_table4", part_script("srfca_table4", "srfca_table4.py"))):
+                     ("srfca_table4", part_script("srfca_table4", "srfca_table4.py")),
+                     ("ifca_table2_code", part_script("ifca_table2_code", "ifca_table2.py",
+                                                      ("--protocol", "code")))):
         suite.run(part, lambda budget, fn=fn: fn(suite, budget))
     print((suite.out / "summary.md").read_text())
 

@@ -24,7 +24,8 @@ def table1_row(m, method, rounds):
                 seconds=1.0)
 
 
-def write_archive(path: Path, *, table1, round_rows, parts, table2_rows=(), faster_conv=None):
+def write_archive(path: Path, *, table1, round_rows, parts, table2_rows=(), faster_conv=None,
+                  code_rows=()):
     src = path.parent / "src" / "device_suite"
     src.mkdir(parents=True)
     (src / "summary.json").write_text(json.dumps(dict(
@@ -34,6 +35,8 @@ def write_archive(path: Path, *, table1, round_rows, parts, table2_rows=(), fast
     (src / "ifca_table1.json").write_text(json.dumps(table1))
     (src / "ifca_round.json").write_text(json.dumps(round_rows))
     (src / "ifca_table2.json").write_text(json.dumps(dict(setting="s", rows=list(table2_rows))))
+    if code_rows:
+        (src / "ifca_table2_code.json").write_text(json.dumps(dict(setting="c", rows=code_rows)))
     (src / "tests.txt").write_text("python -m pytest\n\n1 passed\n")
     if faster_conv:
         (src / "cnn_conv.json").write_text(json.dumps(dict(s_per_round={}, faster=faster_conv)))
@@ -56,7 +59,11 @@ def device_dir(tmp_path):
                   round_rows=[dict(dtype="float32", seconds=0.1)],
                   parts=[("cross_loss", "ok"), ("ifca_round", "ok"), ("ifca_table1", "ok")],
                   table2_rows=[dict(method="global", rounds=6000, asked=6000, acc=[84.0],
-                                    paper=[84.45, 0.51])])
+                                    paper=[84.45, 0.51])],
+                  code_rows=[dict(method="local", rounds=229, asked=229, acc=[78.0],
+                                  paper=[75.85, 0.72]),
+                             dict(method="IFCA k=2", rounds=100, asked=4000, acc=[80.0],
+                                  paper=[87.99, 0.35])])
     out = tmp_path / "device"
     device_results.import_run(a, "run-a", out)
     device_results.import_run(b, "run-b", out)
@@ -87,6 +94,9 @@ def test_done_counts_full_rows_and_fully_timed_parts(device_dir):
     assert done["cnn_conv"] == "patches"     # run-a measured it; run-b did not
     assert device_suite.methods_left("ifca_table2", done["ifca_table2"]) == [
         m for m in ifca_table2.METHODS if m != "global"]
+    assert done["ifca_table2_code"] == {"local"}     # its IFCA k=2 row was cut at 100 rounds
+    assert device_suite.methods_left("ifca_table2_code", done["ifca_table2_code"]) == [
+        m for m in ifca_table2.METHODS if m != "local"]
 
 
 def test_merge_lists_runs_parts_and_the_best_rows(device_dir):
@@ -95,6 +105,8 @@ def test_merge_lists_runs_parts_and_the_best_rows(device_dir):
     assert "| 4800 | 100 | IFCA | 300 | 91.00 ± 1.00 | 95.05 | 0.250 | `run-b` |" in text
     assert "| IFCA k=2 | 4400 / 6000 | 85.00 ± 0.00 | 87.99 ± 0.35 | `run-a` |" in text
     assert "| robust | ok | 1.0 | `run-a` |" in text
+    assert "## IFCA Table 2, FEMNIST copy, the authors' code's protocol" in text
+    assert "| local | 229 / 229 | 78.00 ± 0.00 | 75.85 ± 0.72 | `run-b` |" in text
     assert (device_dir / "README.md").read_text() == text
 
 
