@@ -268,7 +268,8 @@ def render(rows, settings, start, end=None) -> str:
         row = [m]
         for ds in DATASETS:
             r, p = by.get((ds, m)), PAPER[ds][m]
-            clus = f" ({'/'.join(map(str, r['clusters']))} clusters)" if r and "clusters" in r else ""
+            clus = (f" ({'/'.join(map(str, r['clusters']))} cluster"
+                    f"{'' if set(r['clusters']) == {1} else 's'})" if r and "clusters" in r else "")
             row += [fmt(r["acc"]) + clus if r else "not run", f"{p[0]:.2f} ± {p[1]:.2f}",
                     r["rounds_label"] if r else "-"]
         lines.append("| " + " | ".join(row) + " |")
