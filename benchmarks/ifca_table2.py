@@ -515,10 +515,13 @@ def render(args, info, rows, setting, start_uptime, end_uptime=None, pre=None) -
     by = {r["method"]: r for r in rows}
     for m in METHODS:
         r, p = by.get(m), PAPER[m]
-        best = (f" {fmt(r['best'])} ({r['best_round'][0]}) |" if r else " - |") if code else ""
+        other = r and r.get("seeds", [args.first_seed])[0] != args.first_seed   # --combine
+        at = f"seed {r['seeds'][0]}: " if other else ""
+        best = (f" {fmt(r['best'])} ({at}{r['best_round'][0]}) |" if r else " - |") if code else ""
         lines.append(f"| {m} | {fmt(r['acc']) if r else 'not run'} |{best} "
                      f"{fmt(r['client_acc']) if r else '-'} | {p[0]:.2f} ± {p[1]:.2f} | "
-                     f"{r['rounds_label'] if r else '-'} | {r['sizes'] if r else '-'} | "
+                     f"{r['rounds_label'] if r else '-'} | "
+                     f"{at + r['sizes'] if r else '-'} | "
                      f"{seconds_cell(r)} |")
     lines.append("")
     if end_uptime:
@@ -560,8 +563,10 @@ def recorded_sizes(row: dict, seeds: list) -> list:
 
 def combine(paths, out: Path) -> None:
     """One table from runs of the same setting on different seeds (``--first-seed``): each
-    method's per-seed numbers are concatenated in seed order. Refuses runs whose settings
-    differ in more than their seeds, that share a seed, or whose rows ran different rounds."""
+    method's per-seed numbers are concatenated in seed order; a run's row cut by its
+    --budget is left out (and named) where another run finished the method. Refuses runs
+    whose settings differ in more than their seeds, that share a seed, or whose rows ran
+    different rounds."""
     runs = sorted(((run_seeds(js["setting"]), p, js) for p in paths
                    for js in [json.loads(Path(p).with_suffix(".json").read_text())]),
                   key=lambda t: t[0][0])
@@ -573,16 +578,20 @@ def combine(paths, out: Path) -> None:
         raise SystemExit("--combine: the runs' settings or data differ beyond their seeds; "
                          "combine only runs of one command with other --first-seed/--seeds")
     lists = ("acc", "client_acc", "best", "best_client", "best_round")
-    rows = []
+    rows, left_out = [], []
     for m in METHODS:
-        have = [(ss, js) for ss, _, js in runs for r in js["rows"] if r["method"] == m]
-        parts = [(ss, next(r for r in js["rows"] if r["method"] == m)) for ss, js in have]
+        parts = [(ss, r) for ss, _, js in runs for r in js["rows"] if r["method"] == m]
+        if any(r["rounds"] >= r["asked"] for _, r in parts):
+            left_out += [f"- {m}, seeds {', '.join(map(str, ss))}: cut by its run's --budget "
+                         f"after {r['rounds']} of {r['asked']}" for ss, r in parts
+                         if r["rounds"] < r["asked"]]
+            parts = [(ss, r) for ss, r in parts if r["rounds"] >= r["asked"]]
         if not parts:
             continue
         if len({r["rounds"] for _, r in parts}) > 1:
             raise SystemExit(f"--combine: {m} ran {[r['rounds'] for _, r in parts]} rounds in "
                              "the runs; combine only rows of the same length")
-        row = dict(parts[0][1], seconds=" + ".join(str(r["seconds"]) for _, r in parts),
+        row = dict(parts[0][1], seeds=[s for ss, _ in parts for s in ss], seconds=" + ".join(str(r["seconds"]) for _, r in parts),
                    timing={}, sizes_all=[sz for ss, r in parts for sz in recorded_sizes(r, ss)])
         row.update({k: [v for _, r in parts for v in r[k]] for k in lists if k in row})
         if len(parts) < len(runs):
@@ -606,8 +615,10 @@ def combine(paths, out: Path) -> None:
     md = render(args, first["data"], rows, setting, "see the runs below", "see the runs below",
                 pre)
     sizes = [f"- {r['method']}: " + "; ".join(f"seed {s} {sz if sz else 'not recorded'}"
-                                              for s, sz in zip(seeds, r["sizes_all"]))
+                                              for s, sz in zip(r["seeds"], r["sizes_all"]))
              for r in rows if r["sizes"] != "-"]
+    md += ("\nRows left out of the table (their seeds' numbers are not in it):\n\n"
+           + "\n".join(left_out) + "\n" if left_out else "")
     md += ("\nCluster sizes of every seed (runs before `--first-seed` recorded only their "
            "first seed's):\n\n" + "\n".join(sizes) + "\n" if sizes else "")
     md += "\nCombined from these runs (each run's own file has its full table):\n\n" + "\n".join(
