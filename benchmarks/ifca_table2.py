@@ -561,12 +561,43 @@ def recorded_sizes(row: dict, seeds: list) -> list:
     return [json.loads(row["sizes"])] + [None] * (len(seeds) - 1)
 
 
+def seed_list(seeds) -> str:
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
+
+
+def merge_rows(runs) -> tuple[list, list]:
+    """(rows, lines on left-out rows) of ``runs`` [(seeds, path, json)] in seed order: each
+    method's per-seed lists concatenated over the runs that finished it (over all runs when
+    none did, which must then have run the same rounds)."""
+    lists = ("acc", "client_acc", "best", "best_client", "best_round")
+    rows, left_out = [], []
+    for m in METHODS:
+        parts = [(ss, r) for ss, _, js in runs for r in js["rows"] if r["method"] == m]
+        if any(r["rounds"] >= r["asked"] for _, r in parts):
+            left_out += [f"- {m}, {seed_list(ss)}: cut by its run's --budget after "
+                         f"{r['rounds']} of {r['asked']}" for ss, r in parts
+                         if r["rounds"] < r["asked"]]
+            parts = [(ss, r) for ss, r in parts if r["rounds"] >= r["asked"]]
+        if not parts:
+            continue
+        if len({r["rounds"] for _, r in parts}) > 1:
+            raise SystemExit(f"--combine: {m} ran {[r['rounds'] for _, r in parts]} rounds in "
+                             "the runs; combine only rows of the same length")
+        row = dict(parts[0][1], seeds=[s for ss, _ in parts for s in ss], timing={},
+                   seconds=" + ".join(str(r["seconds"]) for _, r in parts),
+                   sizes_all=[sz for ss, r in parts for sz in recorded_sizes(r, ss)])
+        row.update({k: [v for _, r in parts for v in r[k]] for k in lists if k in row})
+        if len(parts) < len(runs):
+            row["rounds_label"] += f" ({seed_list(row['seeds'])})"
+        rows.append(row)
+    return rows, left_out
+
+
 def combine(paths, out: Path) -> None:
     """One table from runs of the same setting on different seeds (``--first-seed``): each
     method's per-seed numbers are concatenated in seed order; a run's row cut by its
     --budget is left out (and named) where another run finished the method. Refuses runs
-    whose settings differ in more than their seeds, that share a seed, or whose rows ran
-    different rounds."""
+    whose settings differ in more than their seeds or that share a seed."""
     runs = sorted(((run_seeds(js["setting"]), p, js) for p in paths
                    for js in [json.loads(Path(p).with_suffix(".json").read_text())]),
                   key=lambda t: t[0][0])
@@ -577,27 +608,7 @@ def combine(paths, out: Path) -> None:
     if len(settings) > 1 or len({json.dumps(js["data"]) for _, _, js in runs}) > 1:
         raise SystemExit("--combine: the runs' settings or data differ beyond their seeds; "
                          "combine only runs of one command with other --first-seed/--seeds")
-    lists = ("acc", "client_acc", "best", "best_client", "best_round")
-    rows, left_out = [], []
-    for m in METHODS:
-        parts = [(ss, r) for ss, _, js in runs for r in js["rows"] if r["method"] == m]
-        if any(r["rounds"] >= r["asked"] for _, r in parts):
-            left_out += [f"- {m}, seeds {', '.join(map(str, ss))}: cut by its run's --budget "
-                         f"after {r['rounds']} of {r['asked']}" for ss, r in parts
-                         if r["rounds"] < r["asked"]]
-            parts = [(ss, r) for ss, r in parts if r["rounds"] >= r["asked"]]
-        if not parts:
-            continue
-        if len({r["rounds"] for _, r in parts}) > 1:
-            raise SystemExit(f"--combine: {m} ran {[r['rounds'] for _, r in parts]} rounds in "
-                             "the runs; combine only rows of the same length")
-        row = dict(parts[0][1], seeds=[s for ss, _ in parts for s in ss], seconds=" + ".join(str(r["seconds"]) for _, r in parts),
-                   timing={}, sizes_all=[sz for ss, r in parts for sz in recorded_sizes(r, ss)])
-        row.update({k: [v for _, r in parts for v in r[k]] for k in lists if k in row})
-        if len(parts) < len(runs):
-            row["rounds_label"] += " (seeds " + ", ".join(str(s) for ss, _ in parts
-                                                          for s in ss) + ")"
-        rows.append(row)
+    rows, left_out = merge_rows(runs)
     pre = None
     if all("pretraining" in js for _, _, js in runs):
         pres = [js["pretraining"] for _, _, js in runs]
@@ -609,9 +620,9 @@ def combine(paths, out: Path) -> None:
     setting = SEED_CLAUSE.sub(f"seeds {', '.join(map(str, seeds))} (runs of "
                               f"{' + '.join(str(len(ss)) for ss, _, _ in runs)} vmapped seeds)",
                               first["setting"])
+    data_dir = re.search(r"--data-dir (\S+)", first["command"])
     args = argparse.Namespace(protocol="code" if pre else "paper", first_seed=seeds[0],
-                              data_dir=re.search(r"--data-dir (\S+)", first["command"]).group(1)
-                              if "--data-dir" in first["command"] else "?")
+                              data_dir=data_dir.group(1) if data_dir else "?")
     md = render(args, first["data"], rows, setting, "see the runs below", "see the runs below",
                 pre)
     sizes = [f"- {r['method']}: " + "; ".join(f"seed {s} {sz if sz else 'not recorded'}"
@@ -622,7 +633,7 @@ def combine(paths, out: Path) -> None:
     md += ("\nCluster sizes of every seed (runs before `--first-seed` recorded only their "
            "first seed's):\n\n" + "\n".join(sizes) + "\n" if sizes else "")
     md += "\nCombined from these runs (each run's own file has its full table):\n\n" + "\n".join(
-        f"- `{Path(p).with_suffix('.md')}` (seeds {', '.join(map(str, ss))}): {js['command']} "
+        f"- `{Path(p).with_suffix('.md')}` ({seed_list(ss)}): {js['command']} "
         f"uptime at start: {js['uptime_start']}; at end: {js.get('uptime_end') or 'none'}."
         for ss, p, js in runs) + "\n"
     obj = dict(command=generated_by().strip(), setting=setting, data=first["data"], rows=rows,

@@ -186,7 +186,7 @@ def test_ifca_table2_code_protocol_dry_run_pretrains_then_trains_the_heads(leaf,
                  if r["method"] == "local")
     seed0 = next(r for r in obj["rows"] if r["method"] == "local")
     assert local["seeds"] == [0] and local["acc"] == seed0["acc"]
-    assert f"- local, seeds 1: cut by its run's --budget after 1 of {seed0['asked']}" in (
+    assert f"- local, seed 1: cut by its run's --budget after 1 of {seed0['asked']}" in (
         tmp_path / "cut_both.md").read_text()
     res = run("ifca_table2.py", "--combine", out.with_suffix(".json"), out.with_suffix(".json"),
               "--out", tmp_path / "twice.md")
