@@ -146,7 +146,8 @@ def test_ifca_table2_code_protocol_dry_run_pretrains_then_trains_the_heads(leaf,
     assert res.returncode == 0, res.stdout + res.stderr
     md = out.read_text()
     assert "(the authors' code's protocol)" in md and "Pre-training (FedAvg" in md
-    rows = {r[0]: r for r in table_rows(md)}
+    main_table, curve_table = md.split("after the round (local: epoch)")
+    rows = {r[0]: r for r in table_rows(main_table)}
     assert all(len(r) == 8 for r in rows.values())
     # 2 pre-training rounds, the 20-round warm start, 3 IFCA rounds (chunks of 2: 2, 3)
     assert rows["IFCA k=2"][5] == "2 + 20 + 3 / 2000 + 20 + 4000"
@@ -156,6 +157,11 @@ def test_ifca_table2_code_protocol_dry_run_pretrains_then_trains_the_heads(leaf,
     assert obj["pretraining"]["rounds"] == 2 and obj["complete"]
     row = next(r for r in obj["rows"] if r["method"] == "IFCA k=2")
     assert max(row["best"]) >= max(row["acc"]) - 1e-9   # the best is over every evaluation
+    # the evaluations after rounds 2 and 3: the curve's last is the last round's accuracy
+    assert row["curve_every"] == 2 and len(row["curve"][0]) == 2
+    assert abs(row["curve"][0][-1] - row["acc"][0]) <= 0.006     # rounded to 2 decimals
+    assert abs(max(row["curve"][0]) - row["best"][0]) <= 0.006
+    assert [r[0] for r in table_rows(curve_table)] == ["IFCA k=2", "local"]
 
     # seed 1 as a run of its own, then --combine: one table of seeds 0 and 1
     res = run("ifca_table2.py", "--dry-run", "--protocol", "code", "--data-dir", leaf,
