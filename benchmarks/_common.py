@@ -235,7 +235,7 @@ def load_rounds(path: Path, template):
 
 def chunked_rounds(step, states, rounds: int, deadline: float, per_chunk: int, *args,
                    log: bool = True, fixed: bool = False, timing: dict | None = None,
-                   checkpoint: Path | None = None):
+                   checkpoint: Path | None = None, keep: bool = False):
     """Runs rounds 0..rounds-1 in chunks of ``per_chunk`` rounds, until ``rounds`` are done
     or the next chunk, timed like the last, would end after ``deadline``
     (``time.monotonic()``; the first chunk always runs). A chunk is
@@ -247,7 +247,9 @@ def chunked_rounds(step, states, rounds: int, deadline: float, per_chunk: int, *
     ``checkpoint`` (a path, ``checkpoint_path``), a run cut by the deadline saves its states
     there, and a later run with the same path resumes from them (``timing["resumed_from"]``:
     the round) and deletes the file when it reaches ``rounds``; round t's key depends on t
-    only, so a resumed run runs the same rounds as an uncut one. States over
+    only, so a resumed run runs the same rounds as an uncut one. With ``keep`` a run that
+    reaches ``rounds`` saves its final states as well, and a later run loads them instead
+    of running again (a stage many later rows start from). States over
     ``CHECKPOINT_MAX_BYTES`` are not saved. Returns (states, rounds run, counted from round
     0)."""
     import jax
@@ -277,9 +279,9 @@ def chunked_rounds(step, states, rounds: int, deadline: float, per_chunk: int, *
         if log:
             print(f"    {done}/{rounds} rounds ({last:.1f} s for the last {n}; load "
                   f"{os.getloadavg()[0]:.2f})", flush=True)
-    if checkpoint is not None and done >= rounds:
+    if checkpoint is not None and done >= rounds and not keep:
         checkpoint.unlink(missing_ok=True)
-    elif checkpoint is not None:
+    elif checkpoint is not None and done > start:     # rounds ran since the file was read
         size = sum(leaf.nbytes for leaf in jax.tree.leaves(states) if not _is_key(leaf))
         if size <= CHECKPOINT_MAX_BYTES:
             save_rounds(checkpoint, states, done)

@@ -48,7 +48,9 @@ command thus continues where the last session stopped; ``benchmarks/README.md`` 
 calls of a session. A table row cut by the budget (IFCA Table 1, Table 2, Table 4) saves its
 states under ``--checkpoints`` (default ``.suite/checkpoints``, which a warm machine keeps
 between a session's calls; the files are not archived), and the session's second call
-resumes it from the round it reached instead of from round 0.
+resumes it from the round it reached instead of from round 0; the code protocol's finished
+pre-training (``ifca_table2_code``) is kept there too, so the second call's methods start
+from it instead of pre-training again.
 
 Every part writes ``<out>/<part>.json`` (and ``.md`` or ``.txt`` where it has a table or a
 log); ``<out>/summary.json`` and ``summary.md`` list every part's status (ok, partial,

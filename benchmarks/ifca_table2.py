@@ -160,13 +160,13 @@ def scan_rounds(alg, state, key, start, stop, per_chunk: int, data):
 
 
 def run_rounds(alg, data, keys, rounds: int, deadline: float, per_chunk: int = 25,
-               init=None, timing: dict | None = None, checkpoint=None):
+               init=None, timing: dict | None = None, checkpoint=None, keep: bool = False):
     """Seeds as a vmap axis: init from fold_in(key, 0), round t from fold_in(fold_in(key, 1),
     t); rounds in scan chunks of ``per_chunk`` until ``rounds`` or the deadline. Every chunk
     has the same length (a last, shorter chunk skips its surplus rounds with ``lax.cond``),
     so the chunk compiles once. ``timing`` (a dict) receives the seconds of the init, of the
-    first chunk (compile included) and of the later chunks per round; ``checkpoint``: see
-    ``chunked_rounds``. Returns (states, rounds run)."""
+    first chunk (compile included) and of the later chunks per round; ``checkpoint`` and
+    ``keep``: see ``chunked_rounds``. Returns (states, rounds run)."""
     init = init or alg.init
     t0 = time.monotonic()
     states = block(jax.jit(jax.vmap(lambda k: init(jax.random.fold_in(k, 0), data)))(keys))
@@ -177,7 +177,7 @@ def run_rounds(alg, data, keys, rounds: int, deadline: float, per_chunk: int = 2
         return jax.vmap(one)(states, keys)
 
     states, done = chunked_rounds(jax.jit(chunk), states, rounds, deadline, per_chunk,
-                                  fixed=True, timing=timing, checkpoint=checkpoint)
+                                  fixed=True, timing=timing, checkpoint=checkpoint, keep=keep)
     if timing is not None:
         timing["init_s"] = round(t_init, 2)
     return states, done
@@ -436,7 +436,9 @@ def run_code_protocol(args, model, local, participation, data, info, keys, round
     states, pre_done = run_rounds(fedavg, data, pre_keys, pre_rounds, deadline,
                                   per_chunk=min(args.per_chunk, pre_rounds), timing=timing,
                                   checkpoint=checkpoint_path(args.checkpoint_dir, "ifca_table2",
-                                                             setting, info, "pre-training"))
+                                                             setting, info, "pre-training"),
+                                  keep=True)   # every method starts from it: a later call
+                                               # (the device suite's next) loads it
     pre_acc, pre_client, _ = evaluate(fedavg, states, data)
     fx, fxt = block(jax.jit(jax.vmap(lambda p: body_features(model, p, data)))(states.params))
     feats = data.replace(x=fx, x_test=fxt)
@@ -508,9 +510,11 @@ def render(args, info, rows, setting, start_uptime, end_uptime=None, pre=None) -
              f"{info['train']:,} / {info['test']:,} samples.", "",
              setting, "", f"uptime at start: {start_uptime}", ""]
     if pre:
+        loaded = (pre.get("timing") or {}).get("resumed_from")
         lines += [f"Pre-training (FedAvg, the whole model): {pre['rounds']} of {pre['asked']} "
                   f"rounds, test acc {fmt(pre['acc'])} % (client-mean {fmt(pre['client_acc'])} "
-                  f"%), {pre['seconds']} s.", ""]
+                  f"%), {pre['seconds']} s" + (f" (resumed at round {loaded} from a checkpoint)"
+                                              if loaded is not None else "") + ".", ""]
     best_head = (f" best over the evaluations (round, seed {args.first_seed}) |" if code
                  else "")
     lines += ["| method | ours: test acc % (mean ± std over seeds) |" + best_head +

@@ -126,6 +126,21 @@ def test_chunked_rounds_cut_by_the_deadline_resumes_to_the_uncut_result(tmp_path
     assert (jax.random.key_data(resumed[1]) == jax.random.key_data(whole[1])).all()
 
 
+def test_kept_checkpoint_of_a_finished_run_is_loaded_instead_of_run_again(tmp_path):
+    import numpy as np
+    step, states = _rounds_step()
+    path = checkpoint_path(tmp_path, "stage")
+    whole, done = chunked_rounds(step, states, 10, float("inf"), 4, log=False, checkpoint=path,
+                                 keep=True)
+    assert done == 10 and path.exists()
+    calls = []
+    timing = {}
+    again, done = chunked_rounds(lambda *a: calls.append(a), states, 10, float("inf"), 4,
+                                 log=False, checkpoint=path, keep=True, timing=timing)
+    assert done == 10 and not calls and timing["resumed_from"] == 10 and path.exists()
+    np.testing.assert_array_equal(np.asarray(again[0], np.float32), np.asarray(whole[0], np.float32))
+
+
 def test_checkpoint_that_does_not_fit_the_run_is_refused(tmp_path):
     import jax.numpy as jnp
     _, states = _rounds_step()

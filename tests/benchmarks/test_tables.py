@@ -142,7 +142,7 @@ def test_ifca_table2_code_protocol_dry_run_pretrains_then_trains_the_heads(leaf,
     out = tmp_path / "t2c.md"
     res = run("ifca_table2.py", "--dry-run", "--protocol", "code", "--data-dir", leaf,
               "--out", out, "--methods", "IFCA k=2", "local", "--rounds", "3",
-              "--eval-every", "2")
+              "--eval-every", "2", "--checkpoint-dir", tmp_path / "ck")
     assert res.returncode == 0, res.stdout + res.stderr
     md = out.read_text()
     assert "(the authors' code's protocol)" in md and "Pre-training (FedAvg" in md
@@ -162,6 +162,17 @@ def test_ifca_table2_code_protocol_dry_run_pretrains_then_trains_the_heads(leaf,
     assert abs(row["curve"][0][-1] - row["acc"][0]) <= 0.006     # rounded to 2 decimals
     assert abs(max(row["curve"][0]) - row["best"][0]) <= 0.006
     assert [r[0] for r in table_rows(curve_table)] == ["IFCA k=2", "local"]
+
+    # the pre-training's checkpoint is kept: the same command again loads it, same numbers
+    res = run("ifca_table2.py", "--dry-run", "--protocol", "code", "--data-dir", leaf,
+              "--out", tmp_path / "again.md", "--methods", "IFCA k=2", "--rounds", "3",
+              "--eval-every", "2", "--checkpoint-dir", tmp_path / "ck")
+    assert res.returncode == 0, res.stdout + res.stderr
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["pretraining"]["timing"]["resumed_from"] == 2
+    assert again["pretraining"]["acc"] == obj["pretraining"]["acc"]
+    assert again["rows"][0]["acc"] == row["acc"] and again["rows"][0]["curve"] == row["curve"]
+    assert "(resumed at round 2 from a checkpoint)" in (tmp_path / "again.md").read_text()
 
     # seed 1 as a run of its own, then --combine: one table of seeds 0 and 1
     res = run("ifca_table2.py", "--dry-run", "--protocol", "code", "--data-dir", leaf,
