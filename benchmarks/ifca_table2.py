@@ -51,14 +51,16 @@ trains: IFCA k = 2, 3 and global (k = 1) after the random-group warm start (clie
 into k equal groups, each group's model 20 FedAvg rounds), 4000 rounds of 6 clients;
 sample-weighted means throughout; the test accuracy is evaluated every ``--eval-every``
 rounds and both the last and the best are reported, with a table of the accuracy after
-rounds 10 to 4000 (the JSON keeps every evaluation of every seed: ``curve``). As the body is frozen, the heads train
-on its features, computed once per seed (``core.pytree.head_only``): the same model as
-running the CNN (up to float rounding), at the cost of a linear layer. Not settled by the
-spec's account of the code, chosen here: the body frozen in the warm start too and 6 of a
-group's clients a warm-start round; how often the code evaluates (here every 10 rounds);
-one-shot (the paper-protocol clustering on raw pixels, then per-cluster FedAvg of the heads
-from the pre-trained model) and local (each writer's head from the pre-trained model, as many
-epochs as in expectation federated) on the same frozen body.
+rounds 10 to 4000 (the JSON keeps every evaluation of every seed: ``curve``). As the body
+is frozen, the heads train on its features, computed once per seed
+(``core.pytree.head_only``): the same model as running the CNN (up to float rounding), at
+the cost of a linear layer. Not settled by the spec's account of the code, chosen here:
+the body frozen in the warm start too and 6 of a group's clients a warm-start round; how
+often the code evaluates (here every 10 rounds); one-shot (the paper-protocol clustering on
+raw pixels, then per-cluster FedAvg of the heads from the pre-trained model) and local
+(each writer's head from the pre-trained model, as many epochs as in expectation
+federated) on the same frozen body. The pre-training is kept under ``--checkpoint-dir``
+once finished, so a later run of the same setting starts from it.
 
 ``--dry-run``: 8 writers, a toy MLP 784-32-62 instead of the CNN, 2 rounds, 1 seed (the
 device suite's dry run and tests/benchmarks/test_tables.py). Seeds are one vmapped axis;
@@ -691,7 +693,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data-dir", default="../shared/data",
                     help="folder holding femnist-leaf/ (LEAF train/ and test/)")
-    ap.add_argument("--out", type=output_file, default="benchmarks/results/ifca_table2.md")
+    ap.add_argument("--out", type=output_file, default=None,
+                    help="markdown file (and its .json) to write (default "
+                         "benchmarks/results/ifca_table2.md; --combine needs one)")
     ap.add_argument("--protocol", choices=("paper", "code"), default="paper",
                     help="paper: every method from a random start, weight sharing, final-round "
                          "accuracy; code: the authors' pipeline (FedAvg pre-training, the body "
@@ -724,7 +728,10 @@ def main(argv=None):
     add_checkpoint_argument(ap)
     args = ap.parse_args(argv)
     if args.combine:
+        if args.out is None:
+            ap.error("--combine writes a new table: give --out FILE.md")
         return combine(args.combine, Path(args.out))
+    args.out = args.out or "benchmarks/results/ifca_table2.md"
     if args.full and args.dry_run:
         ap.error("--full and --dry-run exclude each other")
     code = args.protocol == "code"

@@ -210,6 +210,13 @@ def test_ifca_table2_code_protocol_dry_run_pretrains_then_trains_the_heads(leaf,
     assert res.returncode != 0 and "share seeds ([0, 0])" in res.stdout + res.stderr
 
 
+def test_ifca_table2_combine_needs_its_own_out(capsys):
+    # without --out it would overwrite the paper protocol's committed table
+    with pytest.raises(SystemExit) as e:
+        load_script("ifca_table2").main(["--combine", "a.json"])
+    assert e.value.code != 0 and "give --out FILE.md" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("script,args,message", [
     ("ifca_table2", ["--rounds", "0"], "--rounds must be >= 1"),
     ("ifca_table2", ["--full", "--dry-run"], "exclude each other"),
