@@ -289,20 +289,30 @@ def render(rows, settings, start, end=None) -> str:
 
 
 def combine(paths, out: Path) -> None:
-    """One table from several runs' JSON files, each run's rows for its datasets."""
-    rows, settings, parts = [], {}, []
+    """One table from several runs' JSON files: each (dataset, method) row from the last run
+    that has it. Runs that share a dataset must share its setting (runs of one command with
+    other ``--methods``), so a dataset's rows all come from one setting."""
+    rows, settings, parts = {}, {}, []
     for p in paths:
         js = json.loads(Path(p).read_text())
         ds_here = sorted({r["dataset"] for r in js["rows"]})
         if not ds_here:
             raise SystemExit(f"{p}: no rows to combine")
-        rows = [r for r in rows if r["dataset"] not in ds_here] + js["rows"]
-        settings.update({d: js["settings"][d] for d in ds_here})
+        for d in ds_here:
+            if settings.get(d, js["settings"][d]) != js["settings"][d]:
+                raise SystemExit(f"--combine: {p} ran {d} in another setting than an earlier "
+                                 f"file:\n  {settings[d]}\n  {js['settings'][d]}\ncombine only "
+                                 f"runs of one command that differ in --methods or --datasets")
+            settings[d] = js["settings"][d]
+        rows.update({(r["dataset"], r["method"]): r for r in js["rows"]})
         stopped = ("" if js.get("uptime_end") else " The run was stopped before its end (no end "
                    "uptime): only the rows it finished are in its file and here.")
-        parts.append(f"- `{Path(p).with_suffix('.md')}` ({', '.join(ds_here)}): {js['command']} "
+        ran = "; ".join(f"{d}: " + ", ".join(r["method"] for r in js["rows"] if r["dataset"] == d)
+                        for d in ds_here)
+        parts.append(f"- `{Path(p).with_suffix('.md')}` ({ran}): {js['command']} "
                      f"uptime at start: {js['uptime_start']}; at end: "
                      f"{js.get('uptime_end') or 'none'}.{stopped}")
+    rows = list(rows.values())
     md = render(rows, settings, "see the runs below", "see the runs below")
     md += "\nCombined from these runs (each run's own file has its full table):\n\n" + "\n".join(parts) + "\n"
     write_outputs(out, md, dict(command=generated_by().strip(), settings=settings, rows=rows,
@@ -331,8 +341,8 @@ def main(argv=None):
                          "dominates a CPU run)")
     ap.add_argument("--seeds", type=int, default=None, help="seeds 0..S-1 (default 5; 1 dry)")
     ap.add_argument("--combine", nargs="+", metavar="FILE.json",
-                    help="write one table from the .json files of runs of different datasets "
-                         "(later files win for a dataset both ran) and stop")
+                    help="write one table from the .json files of runs of one setting that differ in "
+                         "--datasets or --methods (a later file wins for a row both ran) and stop")
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--protocol", choices=["code", "paper"], default="code")

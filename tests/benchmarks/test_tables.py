@@ -135,7 +135,30 @@ def test_srfca_table4_combine_takes_each_dataset_from_its_run(table4, tmp_path):
     by = {r[0]: r for r in table_rows(md)}
     assert by["Global"][1] == "11.00 ± 0.00" and by["Global"][4] == "22.00 ± 0.00"
     assert by["Global"][2] == "80.00 ± 3.02" and by["SR-FCA"][1] == "not run"
-    assert "Combined from these runs" in md and "femnist.md` (femnist)" in md
+    assert "Combined from these runs" in md and "femnist.md` (femnist: Global)" in md
+
+
+def test_srfca_table4_combine_adds_a_methods_run_and_refuses_another_setting(table4, tmp_path):
+    js = json.loads(table4.with_suffix(".json").read_text())
+    fem = [r for r in js["rows"] if r["dataset"] == "femnist"]
+    more = dict(js, rows=[dict(r, method="FedSoft", acc=[33.0]) for r in fem]
+                + [dict(r, acc=[44.0]) for r in fem])     # FedSoft, and Global again
+    (tmp_path / "more.json").write_text(json.dumps(more))
+    main = load_script("srfca_table4").main
+    main(["--combine", str(table4.with_suffix(".json")), str(tmp_path / "more.json"),
+          "--out", str(tmp_path / "c.md")])
+    by = {r[0]: r for r in table_rows((tmp_path / "c.md").read_text())}
+    assert by["FedSoft"][1] == "33.00 ± 0.00" and by["Global"][1] == "44.00 ± 0.00"
+    shakespeare_global = {r[0]: r for r in table_rows(table4.read_text())}["Global"][4]
+    assert by["Global"][4] == shakespeare_global and by["FedSoft"][4] == "not run"
+    assert "more.md` (femnist: FedSoft, Global)" in (tmp_path / "c.md").read_text()
+    other = dict(more, settings=dict(js["settings"], femnist=js["settings"]["femnist"] + "; other"))
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit) as e:
+        main(["--combine", str(table4.with_suffix(".json")), str(tmp_path / "other.json"),
+              "--out", str(tmp_path / "d.md")])
+    assert "ran femnist in another setting" in str(e.value)
+    assert not (tmp_path / "d.md").exists()
 
 
 def test_ifca_table2_code_protocol_dry_run_pretrains_then_trains_the_heads(leaf, tmp_path):
