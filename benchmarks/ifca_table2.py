@@ -6,9 +6,12 @@
         --seeds 2 --budget 6900 --out benchmarks/results/ifca_table2_code.md   # the code's pipeline
     python benchmarks/ifca_table2.py --protocol code --data-dir ../shared/data --rounds 4000 \
         --seeds 2 --first-seed 2 --budget 6900 --out benchmarks/results/ifca_table2_code_seeds23.md
+    python benchmarks/ifca_table2.py --protocol code --data-dir ../shared/data --rounds 4000 \
+        --seeds 1 --first-seed 4 --budget 6900 --out benchmarks/results/ifca_table2_code_seed4.md
     python benchmarks/ifca_table2.py --combine benchmarks/results/ifca_table2_code.json \
         benchmarks/results/ifca_table2_code_seeds23.json \
-        --out benchmarks/results/ifca_table2_code_combined.md   # seeds 0-3 in one table
+        benchmarks/results/ifca_table2_code_seed4.json \
+        --out benchmarks/results/ifca_table2_code_combined.md   # seeds 0-4 in one table
     python benchmarks/ifca_table2.py --full --data-dir .data --out FILE.md   # accelerator
     python benchmarks/ifca_table2.py --dry-run --data-dir DIR --out FILE.md  # toy, seconds
 
@@ -555,10 +558,15 @@ CURVE_AT = (10, 50, 100, 200, 300, 500, 1000, 2000, 3000, 4000)   # rounds (loca
 
 def curve_lines(rows) -> list[str]:
     """A table of the mean test accuracy (sample-weighted %, over seeds) after the rounds
-    CURVE_AT, for the rows that recorded their evaluations (``curve``); [] if none did."""
+    CURVE_AT, for the rows that recorded their evaluations (``curve``); [] if none did. A
+    combined row whose runs did not all record them names the seeds it has (``curve_seeds``)."""
     rows = [r for r in rows if r.get("curve")]
     if not rows:
         return []
+
+    def name(r):
+        some = r.get("curve_seeds", r.get("seeds"))
+        return r["method"] + (f" ({seed_list(some)})" if some != r.get("seeds", some) else "")
 
     def cell(r, at):
         i = at // r["curve_every"] - 1
@@ -568,7 +576,7 @@ def curve_lines(rows) -> list[str]:
             "column, from the evaluations every `--eval-every` rounds:", "",
             "| method | " + " | ".join(map(str, CURVE_AT)) + " |",
             "|---|" + "---|" * len(CURVE_AT)] + [
-        f"| {r['method']} | " + " | ".join(cell(r, at) for at in CURVE_AT) + " |" for r in rows]
+        f"| {name(r)} | " + " | ".join(cell(r, at) for at in CURVE_AT) + " |" for r in rows]
 
 
 SEED_CLAUSE = re.compile(r"(\d+) seed\(s\) \(vmapped\)|seeds (\d+)-(\d+) \((\d+), vmapped\)"
@@ -603,7 +611,7 @@ def merge_rows(runs) -> tuple[list, list]:
     """(rows, lines on left-out rows) of ``runs`` [(seeds, path, json)] in seed order: each
     method's per-seed lists concatenated over the runs that finished it (over all runs when
     none did, which must then have run the same rounds)."""
-    lists = ("acc", "client_acc", "best", "best_client", "best_round", "curve")
+    lists = ("acc", "client_acc", "best", "best_client", "best_round")
     rows, left_out = [], []
     for m in METHODS:
         parts = [(ss, r) for ss, _, js in runs for r in js["rows"] if r["method"] == m]
@@ -620,11 +628,17 @@ def merge_rows(runs) -> tuple[list, list]:
         row = dict(parts[0][1], seeds=[s for ss, _ in parts for s in ss], timing={},
                    seconds=" + ".join(str(r["seconds"]) for _, r in parts),
                    sizes_all=[sz for ss, r in parts for sz in recorded_sizes(r, ss)])
-        for k in lists:   # runs before "curve" was recorded lack it: then the row has none
+        for k in lists:
             if all(k in r for _, r in parts):
                 row[k] = [v for _, r in parts for v in r[k]]
             else:
                 row.pop(k, None)
+        curved = [(ss, r) for ss, r in parts if "curve" in r]   # runs before "curve" lack it
+        row.pop("curve", None)
+        if curved:
+            row.update(curve=[c for _, r in curved for c in r["curve"]],
+                       curve_seeds=[s for ss, _ in curved for s in ss],
+                       curve_every=curved[0][1]["curve_every"])
         if len(parts) < len(runs):
             row["rounds_label"] += f" ({seed_list(row['seeds'])})"
         rows.append(row)

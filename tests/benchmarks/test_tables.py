@@ -228,6 +228,20 @@ def test_ifca_table2_code_protocol_dry_run_pretrains_then_trains_the_heads(leaf,
     assert local["seeds"] == [0] and local["acc"] == seed0["acc"]
     assert f"- local, seed 1: cut by its run's --budget after 1 of {seed0['asked']}" in (
         tmp_path / "cut_both.md").read_text()
+    # a run that predates the curves: the combined curve is the other run's, its seeds named
+    old = dict(obj, rows=[{k: v for k, v in r.items() if k not in ("curve", "curve_every")}
+                          for r in obj["rows"]])
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    res = run("ifca_table2.py", "--combine", tmp_path / "old.json", tmp_path / "s1.json",
+              "--out", tmp_path / "old_both.md")
+    assert res.returncode == 0, res.stdout + res.stderr
+    ifca = next(r for r in json.loads((tmp_path / "old_both.json").read_text())["rows"]
+                if r["method"] == "IFCA k=2")
+    one_ifca = next(r for r in one["rows"] if r["method"] == "IFCA k=2")
+    assert ifca["seeds"] == [0, 1] and ifca["curve_seeds"] == [1]
+    assert ifca["curve"] == one_ifca["curve"] and ifca["curve_every"] == 2
+    curve_rows = table_rows((tmp_path / "old_both.md").read_text().split("after the round")[1])
+    assert curve_rows[0][0] == "IFCA k=2 (seed 1)"
     res = run("ifca_table2.py", "--combine", out.with_suffix(".json"), out.with_suffix(".json"),
               "--out", tmp_path / "twice.md")
     assert res.returncode != 0 and "share seeds ([0, 0])" in res.stdout + res.stderr
