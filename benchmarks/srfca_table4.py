@@ -6,11 +6,16 @@ FedSoft, ONE_SHOT-IFCA, test accuracy beside the paper's.
         --rounds 100 --clients 10 --shakespeare-steps 10 --max-samples 100 --seeds 1 \
         --methods SR-FCA Local Global IFCA CFL ONE_SHOT-IFCA --per-chunk 5 --budget 5700 \
         --out benchmarks/results/srfca_table4_femnist.md
+    python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets femnist \
+        --rounds 100 --clients 10 --shakespeare-steps 10 --max-samples 100 --seeds 1 \
+        --methods FedSoft --per-chunk 5 --budget 3600 \
+        --out benchmarks/results/srfca_table4_femnist_fedsoft.md
     python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets shakespeare \
         --rounds 6 --clients 10 --shakespeare-steps 10 --max-samples 100 \
         --max-test-samples 100 --seeds 1 --budget 1200 \
         --out benchmarks/results/srfca_table4_shakespeare.md
     python benchmarks/srfca_table4.py --combine benchmarks/results/srfca_table4_femnist.json \
+        benchmarks/results/srfca_table4_femnist_fedsoft.json \
         benchmarks/results/srfca_table4_shakespeare.json --out benchmarks/results/srfca_table4.md
     python benchmarks/srfca_table4.py --full --data-dir .data --out FILE.md   # accelerator
     python benchmarks/srfca_table4.py --dry-run --data-dir DIR --out FILE.md  # toy, seconds
