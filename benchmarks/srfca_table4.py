@@ -14,6 +14,10 @@ FedSoft, ONE_SHOT-IFCA, test accuracy beside the paper's.
         --rounds 6 --clients 10 --shakespeare-steps 10 --max-samples 100 \
         --max-test-samples 100 --seeds 1 --budget 1200 \
         --out benchmarks/results/srfca_table4_shakespeare.md
+    python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets shakespeare \
+        --rounds 6 --clients 10 --shakespeare-steps 40 --max-samples 100 \
+        --max-test-samples 100 --seeds 1 --budget 2700 \
+        --out benchmarks/results/srfca_table4_shakespeare_40steps.md   # 4x the local steps
     python benchmarks/srfca_table4.py --combine benchmarks/results/srfca_table4_femnist.json \
         benchmarks/results/srfca_table4_femnist_fedsoft.json \
         benchmarks/results/srfca_table4_shakespeare.json --out benchmarks/results/srfca_table4.md
