@@ -182,7 +182,8 @@ def run_dataset(ds, args, deadline, rows, write):
             s["steps"] = args.shakespeare_steps or s["steps"]
     full, info = leaf_data(ds, args.data_dir, None, max_samples, max_test=max_test)
     n_pick = min(clients, full.num_clients)
-    seeds = list(range(args.seeds or (1 if args.dry_run else 5)))
+    n_seeds = args.seeds or (1 if args.dry_run else 5)
+    seeds = list(range(args.first_seed, args.first_seed + n_seeds))
     data = per_seed_data(full, n_pick, seeds)
     info.update(clients_per_seed=n_pick)
     if args.dry_run:
@@ -238,8 +239,8 @@ def run_dataset(ds, args, deadline, rows, write):
             label = (f"{done} REFINE / 1 (ONE_SHOT {s['rounds'] * s['steps']} steps)"
                      if name == "SR-FCA" else f"{done} / {CODE[ds]['rounds']}")
         acc = client_mean_acc(ev, data)
-        rows.append(dict(dataset=ds, method=name, acc=acc, rounds=done, asked=want + (name == "IFCA"),
-                         rounds_label=label,
+        rows.append(dict(dataset=ds, method=name, seeds=seeds, acc=acc, rounds=done,
+                         asked=want + (name == "IFCA"), rounds_label=label,
                          paper=PAPER[ds][name], seconds=round(time.monotonic() - t0, 1), **extra))
         print(f"   {ds} {name}: {fmt(acc)} % (paper {PAPER[ds][name][0]}), {rows[-1]['seconds']} s",
               flush=True)
@@ -348,7 +349,11 @@ def main(argv=None):
                     help="cut each Shakespeare speaker's test windows to its first this many "
                          "(default all; the speakers hold up to 1,379: the K-model test pass "
                          "dominates a CPU run)")
-    ap.add_argument("--seeds", type=int, default=None, help="seeds 0..S-1 (default 5; 1 dry)")
+    ap.add_argument("--seeds", type=int, default=None,
+                    help="seeds F..F+S-1 (default 5; 1 dry)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="F, the first seed (default 0): more seeds in a run of their own, "
+                         "merged by --combine")
     ap.add_argument("--combine", nargs="+", metavar="FILE.json",
                     help="write one table from the .json files of runs of one setting that differ in "
                          "--datasets or --methods (a later file wins for a row both ran) and stop")
@@ -367,6 +372,8 @@ def main(argv=None):
         ap.error("--full and --dry-run exclude each other")
     if not (args.full or args.dry_run or args.rounds):
         ap.error("give --rounds R (a CPU budget), --full or --dry-run")
+    if args.first_seed < 0:
+        ap.error(f"--first-seed must be >= 0, got {args.first_seed}")
     for name in ("rounds", "shakespeare_steps", "clients", "max_samples", "max_test_samples",
                  "seeds"):
         v = getattr(args, name)
