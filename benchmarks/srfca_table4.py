@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -274,13 +275,18 @@ def render(rows, settings, start, end=None) -> str:
               "| method | FEMNIST (ours) | FEMNIST (paper) | rounds run / paper | "
               "Shakespeare (ours) | Shakespeare (paper) | rounds run / paper |", "|---|---|---|---|---|---|---|"]
     by = {(r["dataset"], r["method"]): r for r in rows}
+    all_seeds = {ds: {s for r in rows if r["dataset"] == ds for s in r.get("seeds", [])}
+                 for ds in DATASETS}
     for m in METHODS:
         row = [m]
         for ds in DATASETS:
             r, p = by.get((ds, m)), PAPER[ds][m]
             clus = (f" ({'/'.join(map(str, r['clusters']))} cluster"
                     f"{'' if set(r['clusters']) == {1} else 's'})" if r and "clusters" in r else "")
-            row += [fmt(r["acc"]) + clus if r else "not run", f"{p[0]:.2f} ± {p[1]:.2f}",
+            some = r and set(r.get("seeds", all_seeds[ds])) != all_seeds[ds]
+            only = (f" (seed{'s' if len(r['seeds']) > 1 else ''} "
+                    f"{', '.join(map(str, r['seeds']))} only)" if some else "")
+            row += [fmt(r["acc"]) + clus + only if r else "not run", f"{p[0]:.2f} ± {p[1]:.2f}",
                     r["rounds_label"] if r else "-"]
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
@@ -298,23 +304,57 @@ def render(rows, settings, start, end=None) -> str:
     return "\n".join(lines) + "\n"
 
 
+SEEDS = re.compile(r"; seeds \[([0-9, ]*)\]")   # the seeds part of a dataset's setting line
+
+
+def seeds_of(row: dict, setting: str) -> list:
+    """The seeds of a row's per-seed lists (rows written before ``--first-seed``: the seeds its
+    run's setting line names)."""
+    if "seeds" in row:
+        return row["seeds"]
+    return [int(x) for x in SEEDS.search(setting).group(1).split(",")]
+
+
+def merge_seeds(cells: dict) -> tuple[dict, list]:
+    """(row, lines on left-out seeds) from ``cells`` {seed: (row, index in its lists, path)}:
+    the per-seed lists in seed order. A seed a run cut short (fewer rounds) is left out where
+    another seed ran further, so every seed of the row ran the same rounds."""
+    most = max(r["rounds"] for r, _, _ in cells.values())
+    kept = {s: c for s, c in sorted(cells.items()) if c[0]["rounds"] == most}
+    r0 = next(iter(kept.values()))[0]
+    row = dict(r0, seeds=list(kept), acc=[r["acc"][i] for r, i, _ in kept.values()],
+               seconds=round(sum({id(r): r["seconds"] for r, _, _ in kept.values()}.values()), 1))
+    if all("clusters" in r for r, _, _ in kept.values()):
+        row["clusters"] = [r["clusters"][i] for r, i, _ in kept.values()]
+    left = [f"- {r0['dataset']} {r0['method']}, seed {s} of `{Path(p).with_suffix('.md')}`: left "
+            f"out, {r['rounds']} rounds where the other seeds ran {most}"
+            for s, (r, _, p) in sorted(cells.items()) if s not in kept]
+    return row, left
+
+
 def combine(paths, out: Path) -> None:
-    """One table from several runs' JSON files: each (dataset, method) row from the last run
-    that has it. Runs that share a dataset must share its setting (runs of one command with
-    other ``--methods``), so a dataset's rows all come from one setting."""
-    rows, settings, parts = {}, {}, []
+    """One table from several runs' JSON files. Runs that share a dataset must share its setting
+    up to the seeds (runs of one command that differ in ``--methods``, ``--datasets`` or
+    ``--first-seed``/``--seeds``). Each (dataset, method) row takes each seed from the last run
+    that has it, its per-seed numbers in seed order; a row whose seeds are not all of its
+    dataset's names them in its cell."""
+    cells, settings, parts = {}, {}, []
     for p in paths:
         js = json.loads(Path(p).read_text())
         ds_here = sorted({r["dataset"] for r in js["rows"]})
         if not ds_here:
             raise SystemExit(f"{p}: no rows to combine")
         for d in ds_here:
-            if settings.get(d, js["settings"][d]) != js["settings"][d]:
+            new = js["settings"][d]
+            if d in settings and SEEDS.sub("", settings[d]) != SEEDS.sub("", new):
                 raise SystemExit(f"--combine: {p} ran {d} in another setting than an earlier "
-                                 f"file:\n  {settings[d]}\n  {js['settings'][d]}\ncombine only "
-                                 f"runs of one command that differ in --methods or --datasets")
-            settings[d] = js["settings"][d]
-        rows.update({(r["dataset"], r["method"]): r for r in js["rows"]})
+                                 f"file:\n  {settings[d]}\n  {new}\ncombine only runs of one "
+                                 f"command that differ in --methods, --datasets, --first-seed "
+                                 f"or --seeds")
+            settings[d] = new
+        for r in js["rows"]:
+            for i, seed in enumerate(seeds_of(r, js["settings"][r["dataset"]])):
+                cells.setdefault((r["dataset"], r["method"]), {})[seed] = (r, i, p)
         stopped = ("" if js.get("uptime_end") else " The run was stopped before its end (no end "
                    "uptime): only the rows it finished are in its file and here.")
         ran = "; ".join(f"{d}: " + ", ".join(r["method"] for r in js["rows"] if r["dataset"] == d)
@@ -322,11 +362,19 @@ def combine(paths, out: Path) -> None:
         parts.append(f"- `{Path(p).with_suffix('.md')}` ({ran}): {js['command']} "
                      f"uptime at start: {js['uptime_start']}; at end: "
                      f"{js.get('uptime_end') or 'none'}.{stopped}")
-    rows = list(rows.values())
+    rows, left = [], []
+    for c in cells.values():
+        row, lines = merge_seeds(c)
+        rows.append(row)
+        left += lines
+    for d in settings:
+        seeds = sorted({s for r in rows if r["dataset"] == d for s in r["seeds"]})
+        settings[d] = SEEDS.sub(f"; seeds {seeds}", settings[d])
     md = render(rows, settings, "see the runs below", "see the runs below")
+    md += ("\nLeft out:\n\n" + "\n".join(left) + "\n" if left else "")
     md += "\nCombined from these runs (each run's own file has its full table):\n\n" + "\n".join(parts) + "\n"
     write_outputs(out, md, dict(command=generated_by().strip(), settings=settings, rows=rows,
-                                parts=parts, complete=None))
+                                parts=parts, left_out=left, complete=None))
     print(md)
 
 

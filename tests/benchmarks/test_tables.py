@@ -161,6 +161,31 @@ def test_srfca_table4_combine_adds_a_methods_run_and_refuses_another_setting(tab
     assert not (tmp_path / "d.md").exists()
 
 
+def test_srfca_table4_combine_merges_seeds_of_runs_with_another_first_seed(table4, tmp_path):
+    js = json.loads(table4.with_suffix(".json").read_text())
+    fem = [r for r in js["rows"] if r["dataset"] == "femnist"]
+    assert fem[0]["seeds"] == [0]
+    seed0 = dict(js, rows=[dict(r, acc=[10.0]) for r in fem]
+                 + [dict(r, method="FedSoft", acc=[70.0]) for r in fem])
+    settings1 = {d: v.replace("seeds [0]", "seeds [1, 2]") for d, v in js["settings"].items()}
+    seeds12 = dict(js, settings=settings1, rows=[dict(r, seeds=[1, 2], acc=[20.0, 30.0])
+                                                 for r in fem]
+                   + [dict(r, method="FedSoft", seeds=[1, 2], acc=[1.0, 2.0], rounds=1)
+                      for r in fem])                    # FedSoft cut short by its budget
+    for name, part in (("s0", seed0), ("s12", seeds12)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(part))
+    load_script("srfca_table4").main(["--combine", str(tmp_path / "s0.json"),
+                                      str(tmp_path / "s12.json"), "--out", str(tmp_path / "c.md")])
+    md = (tmp_path / "c.md").read_text()
+    by = {r[0]: r for r in table_rows(md)}
+    assert by["Global"][1] == "20.00 ± 8.16"                # seeds 0, 1, 2: 10, 20, 30
+    assert by["FedSoft"][1] == "70.00 ± 0.00 (seed 0 only)"
+    assert "seeds [0, 1, 2]" in md and "FedSoft, seed 2 of" in md and "left out, 1 rounds" in md
+    c = json.loads((tmp_path / "c.json").read_text())
+    glob = next(r for r in c["rows"] if r["method"] == "Global")
+    assert glob["seeds"] == [0, 1, 2] and glob["acc"] == [10.0, 20.0, 30.0]
+
+
 def test_ifca_table2_code_protocol_dry_run_pretrains_then_trains_the_heads(leaf, tmp_path):
     out = tmp_path / "t2c.md"
     res = run("ifca_table2.py", "--dry-run", "--protocol", "code", "--data-dir", leaf,
