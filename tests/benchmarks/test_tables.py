@@ -161,6 +161,16 @@ def test_srfca_table4_combine_adds_a_methods_run_and_refuses_another_setting(tab
     assert not (tmp_path / "d.md").exists()
 
 
+def test_srfca_table4_seed_draws_the_same_clients_in_any_run(leaf):
+    mod = load_script("srfca_table4")
+    full, _ = mod.leaf_data("femnist", leaf, None)
+    both, second = mod.per_seed_data(full, 6, [0, 1]), mod.per_seed_data(full, 6, [1])
+    x_both, x_second = np.asarray(both.x), np.asarray(second.x)
+    assert x_both.shape[:2] == (2, 6) and x_second.shape[:2] == (1, 6)
+    np.testing.assert_array_equal(x_second[0], x_both[1])
+    assert not np.array_equal(x_both[0], x_both[1])         # the seeds draw other writers
+
+
 def test_srfca_table4_combine_merges_seeds_of_runs_with_another_first_seed(table4, tmp_path):
     js = json.loads(table4.with_suffix(".json").read_text())
     fem = [r for r in js["rows"] if r["dataset"] == "femnist"]
