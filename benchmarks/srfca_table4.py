@@ -18,9 +18,26 @@ FedSoft, ONE_SHOT-IFCA, test accuracy beside the paper's.
         --rounds 6 --clients 10 --shakespeare-steps 40 --max-samples 100 \
         --max-test-samples 100 --seeds 1 --budget 2700 \
         --out benchmarks/results/srfca_table4_shakespeare_40steps.md   # 4x the local steps
+    # seed 1 (the same commands with --first-seed 1):
+    python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets femnist \
+        --rounds 100 --clients 10 --shakespeare-steps 10 --max-samples 100 --seeds 1 \
+        --first-seed 1 --methods SR-FCA Local Global IFCA CFL ONE_SHOT-IFCA --per-chunk 5 \
+        --budget 5700 --out benchmarks/results/srfca_table4_femnist_seed1.md
+    python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets femnist \
+        --rounds 100 --clients 10 --shakespeare-steps 10 --max-samples 100 --seeds 1 \
+        --first-seed 1 --methods FedSoft --per-chunk 5 --budget 3000 \
+        --out benchmarks/results/srfca_table4_femnist_fedsoft_seed1.md
+    python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets shakespeare \
+        --rounds 6 --clients 10 --shakespeare-steps 10 --max-samples 100 \
+        --max-test-samples 100 --seeds 1 --first-seed 1 --budget 1200 \
+        --out benchmarks/results/srfca_table4_shakespeare_seed1.md
     python benchmarks/srfca_table4.py --combine benchmarks/results/srfca_table4_femnist.json \
         benchmarks/results/srfca_table4_femnist_fedsoft.json \
-        benchmarks/results/srfca_table4_shakespeare.json --out benchmarks/results/srfca_table4.md
+        benchmarks/results/srfca_table4_shakespeare.json \
+        benchmarks/results/srfca_table4_femnist_seed1.json \
+        benchmarks/results/srfca_table4_femnist_fedsoft_seed1.json \
+        benchmarks/results/srfca_table4_shakespeare_seed1.json \
+        --out benchmarks/results/srfca_table4.md
     python benchmarks/srfca_table4.py --full --data-dir .data --out FILE.md   # accelerator
     python benchmarks/srfca_table4.py --dry-run --data-dir DIR --out FILE.md  # toy, seconds
 
@@ -55,7 +72,8 @@ rounds of ``--shakespeare-steps`` local steps (paper 400); ONE_SHOT runs rounds 
 (the code's identity: 1000 = 200 x 5, 2400 = 6 x 400). ``--dry-run``: toy models (MLP
 784-32-62; LSTM embed 4, hidden 8, one layer), 6 clients of at most 40 windows, 2 rounds of
 2 steps, 1 seed. Seeds are one vmapped axis (with per-seed client draws); ``--budget``
-seconds stops starting new chunks and methods.
+seconds stops starting new chunks and methods. ``--first-seed F`` runs seeds F..F+S-1 (seed s
+draws the same clients and keys in any run); ``--combine`` merges runs on other seeds.
 """
 
 from __future__ import annotations
