@@ -416,13 +416,14 @@ def main(argv=None):
                          "(default all; the speakers hold up to 1,379: the K-model test pass "
                          "dominates a CPU run)")
     ap.add_argument("--seeds", type=int, default=None,
-                    help="seeds F..F+S-1 (default 5; 1 dry)")
+                    help="S seeds, F..F+S-1 (default 5; 1 dry)")
     ap.add_argument("--first-seed", type=int, default=0,
                     help="F, the first seed (default 0): more seeds in a run of their own, "
                          "merged by --combine")
     ap.add_argument("--combine", nargs="+", metavar="FILE.json",
                     help="write one table from the .json files of runs of one setting that differ in "
-                         "--datasets or --methods (a later file wins for a row both ran) and stop")
+                         "--datasets, --methods, --first-seed or --seeds (a later file wins for a "
+                         "seed of a row both ran) and stop")
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--protocol", choices=["code", "paper"], default="code")
