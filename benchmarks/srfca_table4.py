@@ -31,7 +31,8 @@ FedSoft, ONE_SHOT-IFCA, test accuracy beside the paper's.
         --rounds 6 --clients 10 --shakespeare-steps 10 --max-samples 100 \
         --max-test-samples 100 --seeds 1 --first-seed 1 --budget 1200 \
         --out benchmarks/results/srfca_table4_shakespeare_seed1.md
-    # seed 2: the three seed-1 commands with --first-seed 2 and _seed2 for _seed1 in --out
+    # seeds 2 and 3: the three seed-1 commands with --first-seed 2 (3) and _seed2 (_seed3)
+    # for _seed1 in --out
     python benchmarks/srfca_table4.py --combine benchmarks/results/srfca_table4_femnist.json \
         benchmarks/results/srfca_table4_femnist_fedsoft.json \
         benchmarks/results/srfca_table4_shakespeare.json \
@@ -41,6 +42,9 @@ FedSoft, ONE_SHOT-IFCA, test accuracy beside the paper's.
         benchmarks/results/srfca_table4_femnist_seed2.json \
         benchmarks/results/srfca_table4_femnist_fedsoft_seed2.json \
         benchmarks/results/srfca_table4_shakespeare_seed2.json \
+        benchmarks/results/srfca_table4_femnist_seed3.json \
+        benchmarks/results/srfca_table4_femnist_fedsoft_seed3.json \
+        benchmarks/results/srfca_table4_shakespeare_seed3.json \
         --out benchmarks/results/srfca_table4.md
     python benchmarks/srfca_table4.py --full --data-dir .data --out FILE.md   # accelerator
     python benchmarks/srfca_table4.py --dry-run --data-dir DIR --out FILE.md  # toy, seconds
