@@ -32,9 +32,9 @@ FedSoft, ONE_SHOT-IFCA, test accuracy beside the paper's.
         --max-test-samples 100 --seeds 1 --first-seed 1 --budget 1200 \
         --out benchmarks/results/srfca_table4_shakespeare_seed1.md
     # seeds 2 and 3: the three seed-1 commands with --first-seed 2 (3) and _seed2 (_seed3)
-    # for _seed1 in --out; seed 4: the six-method FEMNIST and the Shakespeare commands
-    # with --first-seed 4 and _seed4 (its FedSoft has not run); the budget cut that FEMNIST
-    # run's ONE_SHOT-IFCA at 95 of 100 rounds, so that row ran again alone:
+    # for _seed1 in --out; seed 4: the three seed-1 commands with --first-seed 4 and _seed4,
+    # FedSoft's with --budget 3600 (this host ran it in 53 min); the budget cut the six-method
+    # FEMNIST run's ONE_SHOT-IFCA at 95 of 100 rounds, so that row ran again alone:
     python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets femnist \
         --rounds 100 --clients 10 --shakespeare-steps 10 --max-samples 100 --seeds 1 \
         --first-seed 4 --methods ONE_SHOT-IFCA --per-chunk 5 --budget 3000 \
@@ -52,6 +52,7 @@ FedSoft, ONE_SHOT-IFCA, test accuracy beside the paper's.
         benchmarks/results/srfca_table4_femnist_fedsoft_seed3.json \
         benchmarks/results/srfca_table4_shakespeare_seed3.json \
         benchmarks/results/srfca_table4_femnist_seed4.json \
+        benchmarks/results/srfca_table4_femnist_fedsoft_seed4.json \
         benchmarks/results/srfca_table4_femnist_oneshot_ifca_seed4.json \
         benchmarks/results/srfca_table4_shakespeare_seed4.json \
         --out benchmarks/results/srfca_table4.md
