@@ -97,7 +97,6 @@ BUDGETS = {"tests": 100, "ifca_round": 45, "ifca_separation": 90, "sweep": 120, 
            "cross_loss": 20, "cnn_conv": 120, "ifca_table1": 10_000, "ifca_figure3": 10_000,
            "ifca_table2": 10_000, "srfca_table4": 10_000, "ifca_table2_code": 10_000}
 FIGURE3_PANELS = ("b", "c", "d")     # panel (a) ran on the CPU (results/ifca_figure3.md)
-FIGURE3_CPU = ROOT / "benchmarks" / "results" / "ifca_figure3.jsonl"   # points the CPU ran
 SWEEP_LRS = [round(0.01 * 1.25 ** i, 4) for i in range(16)]   # 16 step sizes x 4 seeds
 TESTS = ["tests/core/test_precision.py", "tests/algorithms/test_ifca.py", "tests/algorithms/test_srfca.py",
          "tests/core/test_robust.py", "tests/core/test_streaming.py"]
@@ -381,26 +380,15 @@ def part_sweep(suite: Suite, budget: float) -> dict:
     return rec
 
 
-def figure3_done(records: list[dict]) -> set:
-    """(panel, m, n, R, sigma) of the Figure 3 points in ``records`` (``ifca_figure3.py`` JSONL
-    lines) that ran at the paper's sizes: 50 trials or more, 10 initialisations, 300 rounds and
-    the whole step-size sweep of the panel's k."""
-    import ifca_figure3 as f3
-    return {(r["panel"], r["m"], r["n"], r["R"], r["sigma"]) for r in records
-            if r["trials"] >= 50 and r["inits"] >= 10 and r["rounds"] >= 300
-            and sorted(r["gammas"]) == sorted(f3.GAMMAS[r["k"]])}
-
-
 def part_ifca_figure3(suite: Suite, budget: float) -> dict:
     """IFCA Figure 3 panels (b)-(d) at the paper's sizes (50 trials, 10 initialisations, 300
     rounds, the paper's step sizes), points an imported run or the committed CPU runs
-    (``FIGURE3_CPU``) finished at those sizes skipped; each point is
+    (``device_results.FIGURE3_CPU``) finished at those sizes skipped; each point is
     appended to ``ifca_figure3.jsonl`` as it ends. Matmuls in full float32
     (JAX_DEFAULT_MATMUL_PRECISION=highest): success needs dist <= 0.6 sigma + 0.001."""
     import ifca_figure3 as f3
-    cpu = ([json.loads(line) for line in FIGURE3_CPU.read_text().splitlines() if line.strip()]
-           if FIGURE3_CPU.exists() else [])
-    done = figure3_done(suite.done["ifca_figure3"] + cpu)
+    done = device_results.figure3_done(suite.done["ifca_figure3"]
+                                       + device_results.jsonl(device_results.FIGURE3_CPU))
     size = (["--trials", "2", "--inits", "2", "--rounds", "2", "--record", "1", "--trial-batch", "2"]
             if suite.args.dry_run else ["--trials", "50", "--trial-batch", "10"])
     # batches of 10 trials: panel (b) with 50 a batch asked for 32 GB on the CPU (0.64 GB a

@@ -105,15 +105,3 @@ def test_prepare_data_refuses_a_missing_source(tmp_path):
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert res.returncode != 0 and "not found under" in res.stderr
 
-
-def test_figure3_points_count_as_done_only_at_the_paper_sizes():
-    """A Figure 3 point is skipped by the suite (``--done`` runs or the committed CPU JSONL)
-    only when it ran 50 trials, 10 initialisations, 300 rounds and the panel's whole sweep."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import device_suite
-    full = dict(panel="c", m=50, n=50, R=0.1, sigma=0.1, k=2, trials=50, inits=10, rounds=300,
-                gammas=[1.0, 0.01, 0.1])
-    assert device_suite.figure3_done([full]) == {("c", 50, 50, 0.1, 0.1)}
-    for cut in (dict(gammas=[0.1]), dict(trials=40), dict(inits=5), dict(rounds=250),
-                dict(k=4)):
-        assert device_suite.figure3_done([dict(full, **cut)]) == set()
