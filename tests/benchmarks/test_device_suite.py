@@ -104,4 +104,3 @@ def test_prepare_data_refuses_a_missing_source(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert res.returncode != 0 and "not found under" in res.stderr
-
