@@ -218,10 +218,14 @@ def combine(args):
         with open(args.notes_file) as f:
             lines += [f.read().strip(), ""]
     lines += ["| panel | k | m | n | R | sigma | trials | inits | gammas | rounds | success | "
-              "median min dist | median round of first success | s | CPU s | uptime before |",
+              "median min dist | median round of first success (trials that succeed) | s | CPU s | "
+              "uptime before |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        firsts = [f for f in r["first_success_round"] if f is not None]
+        # of the trials that succeed at the last round: a step size that diverges can pass
+        # the threshold early and leave it (panel (c), gamma = 1)
+        firsts = [f for f, b in zip(r["first_success_round"], r["best_dist"])
+                  if f is not None and b <= r["threshold"]]
         med_first = f"{int(np.median(firsts))}" if firsts else "-"
         load = r["uptime_before"].split("load average:")[-1].strip()
         lines.append(f"| {r['panel']} | {r['k']} | {r['m']} | {r['n']} | {r['R']} | {r['sigma']} | "

@@ -68,8 +68,9 @@ def test_success_rule_on_toy_point():
 def test_combine_keeps_the_later_line_and_lists_the_earlier(tmp_path, monkeypatch):
     import json
     base = dict(panel="a", m=100, n=100, R=1.0, sigma=0.1, k=2, trials=2, inits=1,
-                gammas=[0.1], rounds=300, best_dist=[0.05, 0.5], first_success_round=[100, None],
-                seconds=1.0, uptime_before="load average: 1.0, 1.0, 1.0")
+                gammas=[0.1], rounds=300, threshold=0.061, best_dist=[0.05, 0.5],
+                first_success_round=[100, None], seconds=1.0,
+                uptime_before="load average: 1.0, 1.0, 1.0")
     lines = [dict(base, success=0.5, command="old"), dict(base, success=1.0, command="new")]
     src = tmp_path / "p.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in lines))
@@ -80,3 +81,20 @@ def test_combine_keeps_the_later_line_and_lists_the_earlier(tmp_path, monkeypatc
     table = [l for l in text.splitlines() if l.startswith("| a |")]
     assert len(table) == 1 and "| 1.00 |" in table[0]
     assert "success 0.50 (2 trials), by `old`" in text
+
+
+def test_first_success_round_counts_only_trials_that_succeed_at_the_end(tmp_path, monkeypatch):
+    """A trial that passed the threshold early (a diverging step size) and ended above it is
+    not a success and gives no first-success round."""
+    import json
+    point = dict(panel="c", m=200, n=50, R=0.1, sigma=0.1, k=2, trials=3, inits=1,
+                 gammas=[0.01, 0.1, 1.0], rounds=300, threshold=0.061, success=1 / 3,
+                 best_dist=[0.05, 0.09, 0.5], first_success_round=[250, 25, None], seconds=1.0,
+                 uptime_before="load average: 1.0, 1.0, 1.0", command="c")
+    src = tmp_path / "p.jsonl"
+    src.write_text(json.dumps(point) + "\n")
+    out = tmp_path / "t.md"
+    monkeypatch.setattr(fig3, "plot", lambda rows, path: None)
+    fig3.combine(type("A", (), dict(combine=[str(src)], notes_file=None, out=str(out)))())
+    row = [l for l in out.read_text().splitlines() if l.startswith("| c |")][0].split(" | ")
+    assert row[10:13] == ["0.33", "0.09", "250"]
