@@ -222,15 +222,14 @@ def merge(device_dir: Path, argv, notes=None) -> str:
 
 
 def figure3_line(device_records: list[dict]) -> str:
-    """How many of panels (b)-(d)'s points are done at the paper's sizes, on a device and in
-    the committed CPU runs (the suite skips both)."""
+    """How many of Figure 3's points are done at the paper's sizes, on a device and in the
+    committed CPU runs (the suite skips both)."""
     import ifca_figure3 as f3
-    panels = ("b", "c", "d")
-    on_device = {p for p in figure3_done(device_records) if p[0] in panels}
-    on_cpu = {p for p in figure3_done(jsonl(FIGURE3_CPU)) if p[0] in panels} - on_device
-    sizes = [len(f3.PANELS[p]["points"]) for p in panels]
+    on_device = figure3_done(device_records)
+    on_cpu = figure3_done(jsonl(FIGURE3_CPU)) - on_device
+    sizes = [len(f3.PANELS[p]["points"]) for p in sorted(f3.PANELS)]
     return (f"- IFCA Figure 3 points done at the paper's sizes: {len(on_device)} on a device, "
-            f"{len(on_cpu)} on the CPU (`results/ifca_figure3.jsonl`), of panels (b)-(d)'s "
+            f"{len(on_cpu)} on the CPU (`results/ifca_figure3.jsonl`), of panels (a)-(d)'s "
             f"{sum(sizes)} ({', '.join(map(str, sizes))}); `ifca_figure3.py --combine` with the "
             "runs' `ifca_figure3.jsonl` draws them")
 

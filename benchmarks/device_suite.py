@@ -28,7 +28,7 @@ Parts, in this order, each with its own time budget (seconds, capped by what is 
   ifca_table1   IFCA Table 1, rotated MNIST: (m, n) in (2400, 100), (4800, 50), (1200, 200) x
                 IFCA (K = 4), Global, Local x 5 seeds (one vmapped axis) x 300 rounds,
                 tau = 10 full-batch steps at lr 0.1; the model initialisation is ``--init``
-  ifca_figure3  ``benchmarks/ifca_figure3.py`` panels (b), (c), (d) at the paper's sizes (50
+  ifca_figure3  ``benchmarks/ifca_figure3.py`` panels (b), (c), (d), then (a), at the paper's sizes (50
                 trials, 10 initialisations, 300 rounds, the paper's step sizes), full float32
                 matmuls; one JSONL line per point as it ends
   ifca_table2   ``benchmarks/ifca_table2.py --full`` (FEMNIST; skipped without femnist-leaf/)
@@ -96,7 +96,8 @@ PARTS = ("tests", "ifca_round", "ifca_separation", "sweep", "scale", "robust", "
 BUDGETS = {"tests": 100, "ifca_round": 45, "ifca_separation": 90, "sweep": 120, "scale": 180, "robust": 45,
            "cross_loss": 20, "cnn_conv": 120, "ifca_table1": 10_000, "ifca_figure3": 10_000,
            "ifca_table2": 10_000, "srfca_table4": 10_000, "ifca_table2_code": 10_000}
-FIGURE3_PANELS = ("b", "c", "d")     # panel (a) ran on the CPU (results/ifca_figure3.md)
+FIGURE3_PANELS = ("b", "c", "d", "a")   # (a) last: the CPU ran it with gamma = 0.1 alone,
+                                         # a cut that panel (c)'s m = 200, n = 50 point contradicts
 SWEEP_LRS = [round(0.01 * 1.25 ** i, 4) for i in range(16)]   # 16 step sizes x 4 seeds
 TESTS = ["tests/core/test_precision.py", "tests/algorithms/test_ifca.py", "tests/algorithms/test_srfca.py",
          "tests/core/test_robust.py", "tests/core/test_streaming.py"]
@@ -381,7 +382,7 @@ def part_sweep(suite: Suite, budget: float) -> dict:
 
 
 def part_ifca_figure3(suite: Suite, budget: float) -> dict:
-    """IFCA Figure 3 panels (b)-(d) at the paper's sizes (50 trials, 10 initialisations, 300
+    """IFCA Figure 3 panels (b)-(d), then (a), at the paper's sizes (50 trials, 10 initialisations, 300
     rounds, the paper's step sizes), points an imported run or the committed CPU runs
     (``device_results.FIGURE3_CPU``) finished at those sizes skipped; each point is
     appended to ``ifca_figure3.jsonl`` as it ends. Matmuls in full float32

@@ -131,12 +131,12 @@ def test_figure3_points_count_as_done_only_at_the_paper_sizes(tmp_path, monkeypa
         assert device_results.figure3_done([dict(full, **cut)]) == set()
     cpu = tmp_path / "fig3.jsonl"
     cpu.write_text("\n".join(json.dumps(r) for r in (full, dict(full, m=70), dict(full, m=100),
-                                                      dict(full, panel="a", m=100, n=100))))
+                                                      dict(full, panel="a", m=100, n=100, gammas=[0.1]))))
     monkeypatch.setattr(device_results, "FIGURE3_CPU", cpu)
     line = device_results.figure3_line([dict(full, m=70, run="run-a")])
     assert line.startswith("- IFCA Figure 3 points done at the paper's sizes: 1 on a device, "
-                           "2 on the CPU (`results/ifca_figure3.jsonl`), of panels (b)-(d)'s 56 "
-                           "(20, 21, 15)")
+                           "2 on the CPU (`results/ifca_figure3.jsonl`), of panels (a)-(d)'s 76 "
+                           "(20, 20, 21, 15)")
 
 
 def test_suite_skips_a_part_done_in_an_imported_run(device_dir, tmp_path):
