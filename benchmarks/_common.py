@@ -152,6 +152,13 @@ def printed_to(path, script: str, fence: bool = False):
     write_markdown(path, script, None, before, f"```\n{text}\n```" if fence else text)
 
 
+def read_jsonl(path) -> list[dict]:
+    """The records of a JSONL file (blank lines skipped); none where the file does not exist."""
+    path = Path(path)
+    return ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            if path.exists() else [])
+
+
 def append_jsonl(path: str, record: dict) -> None:
     """Appends ``record`` as one JSON line with a single ``write`` on an O_APPEND file, so
     runs sharing a records file (two processes pinned to two cores) never interleave lines."""

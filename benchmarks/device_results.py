@@ -31,6 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 DEVICE_DIR = ROOT / "benchmarks" / "results" / "device"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import read_jsonl  # noqa: E402
 from provenance import generated_by  # noqa: E402
 
 TABLE1_ROUNDS = 300
@@ -87,15 +88,8 @@ def figure3_records(device_dir: Path) -> list[dict]:
     """Every IFCA Figure 3 point (``ifca_figure3.py`` JSONL records) of the runs."""
     out = []
     for name, folder, _ in runs(device_dir):
-        out += [dict(r, run=name) for r in jsonl(folder / "ifca_figure3.jsonl")]
+        out += [dict(r, run=name) for r in read_jsonl(folder / "ifca_figure3.jsonl")]
     return out
-
-
-def jsonl(path: Path) -> list[dict]:
-    """The records of a JSONL file, none where it does not exist."""
-    path = Path(path)
-    return ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            if path.exists() else [])
 
 
 def figure3_done(records: list[dict]) -> set:
@@ -226,7 +220,7 @@ def figure3_line(device_records: list[dict]) -> str:
     committed CPU runs (the suite skips both)."""
     import ifca_figure3 as f3
     on_device = figure3_done(device_records)
-    on_cpu = figure3_done(jsonl(FIGURE3_CPU)) - on_device
+    on_cpu = figure3_done(read_jsonl(FIGURE3_CPU)) - on_device
     sizes = [len(f3.PANELS[p]["points"]) for p in sorted(f3.PANELS)]
     return (f"- IFCA Figure 3 points done at the paper's sizes: {len(on_device)} on a device, "
             f"{len(on_cpu)} on the CPU (`results/ifca_figure3.jsonl`), of panels (a)-(d)'s "

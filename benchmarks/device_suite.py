@@ -87,7 +87,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import checkpoint_path, chunked_rounds, code_fingerprint, output_file  # noqa: E402
+from _common import (checkpoint_path, chunked_rounds, code_fingerprint, output_file,  # noqa: E402
+                     read_jsonl)
 from provenance import generated_by  # noqa: E402
 import device_results  # noqa: E402
 
@@ -96,8 +97,8 @@ PARTS = ("tests", "ifca_round", "ifca_separation", "sweep", "scale", "robust", "
 BUDGETS = {"tests": 100, "ifca_round": 45, "ifca_separation": 90, "sweep": 120, "scale": 180, "robust": 45,
            "cross_loss": 20, "cnn_conv": 120, "ifca_table1": 10_000, "ifca_figure3": 10_000,
            "ifca_table2": 10_000, "srfca_table4": 10_000, "ifca_table2_code": 10_000}
-FIGURE3_PANELS = ("b", "c", "d", "a")   # (a) last: the CPU ran it with gamma = 0.1 alone,
-                                         # a cut that panel (c)'s m = 200, n = 50 point contradicts
+FIGURE3_PANELS = ("b", "c", "d", "a")   # (a) last: the CPU ran it with gamma = 0.1 alone, a
+                                         # cut that panel (c)'s m = 200, n = 50 point questions
 SWEEP_LRS = [round(0.01 * 1.25 ** i, 4) for i in range(16)]   # 16 step sizes x 4 seeds
 TESTS = ["tests/core/test_precision.py", "tests/algorithms/test_ifca.py", "tests/algorithms/test_srfca.py",
          "tests/core/test_robust.py", "tests/core/test_streaming.py"]
@@ -389,7 +390,7 @@ def part_ifca_figure3(suite: Suite, budget: float) -> dict:
     (JAX_DEFAULT_MATMUL_PRECISION=highest): success needs dist <= 0.6 sigma + 0.001."""
     import ifca_figure3 as f3
     done = device_results.figure3_done(suite.done["ifca_figure3"]
-                                       + device_results.jsonl(device_results.FIGURE3_CPU))
+                                       + read_jsonl(device_results.FIGURE3_CPU))
     size = (["--trials", "2", "--inits", "2", "--rounds", "2", "--record", "1", "--trial-batch", "2"]
             if suite.args.dry_run else ["--trials", "50", "--trial-batch", "10"])
     # batches of 10 trials: panel (b) with 50 a batch asked for 32 GB on the CPU (0.64 GB a

@@ -48,7 +48,7 @@ from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig  # noqa: E402
 from fedclust_jax.core.train import LocalTraining  # noqa: E402
 from fedclust_jax.data.synthetic import mixed_linear_regression  # noqa: E402
 from fedclust_jax.models.linear import linear_regression  # noqa: E402
-from _common import output_file  # noqa: E402
+from _common import output_file, read_jsonl  # noqa: E402
 from provenance import command, generated_by  # noqa: E402
 
 GAMMAS = {2: (0.01, 0.1, 1.0), 4: (0.5, 1.0, 2.0)}
@@ -196,10 +196,7 @@ def run(args):
 
 
 def combine(args):
-    rows = []
-    for path in args.combine:
-        with open(path) as f:
-            rows += [json.loads(line) for line in f if line.strip()]
+    rows = [r for path in args.combine for r in read_jsonl(path)]
     # a later line for the same point and settings replaces an earlier one
     keyed, superseded = {}, []
     for r in rows:
