@@ -33,6 +33,38 @@ import time
 PROGRESS_EVERY_S = 10.0
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C (SIGINT) or SIGTERM between rounds.
+
+    The runner raises it from its round loop (``raise RunInterrupted(...) from None``
+    inside ``except KeyboardInterrupt``); the command line prints ``line()`` to stderr
+    and exits 130. ``round``: rounds completed when interrupted; ``rounds``: rounds asked
+    for; ``checkpoint``: the checkpoint path, or None when none was asked for;
+    ``checkpoint_round``: the round that file holds (None: nothing saved yet).
+    """
+
+    def __init__(self, label: str, round: int, rounds: int, checkpoint: str | None,
+                 checkpoint_round: int | None):
+        super().__init__(label, round, rounds, checkpoint, checkpoint_round)
+        self.label, self.round, self.rounds = label, round, rounds
+        self.checkpoint, self.checkpoint_round = checkpoint, checkpoint_round
+
+    def line(self) -> str:
+        """The one line the command line prints on an interrupt."""
+        head = f"{self.label}: interrupted at round {self.round} of {self.rounds}"
+        if self.checkpoint is None:
+            return (f"{head}; no checkpoint was asked for (add --checkpoint FILE to make "
+                    f"a run resumable)")
+        if self.checkpoint_round is None:
+            return (f"{head}; {self.checkpoint} holds no round yet; rerun the same command "
+                    f"to start again")
+        return (f"{head}; {self.checkpoint} holds round {self.checkpoint_round}; rerun "
+                f"the same command to resume")
+
+    def __str__(self) -> str:
+        return self.line()
+
+
 def chunk_length(rounds: int, wanted: int | None) -> int:
     """The divisor of ``rounds`` closest to ``wanted`` (default rounds / 10)."""
     if rounds == 0:
