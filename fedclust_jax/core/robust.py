@@ -19,12 +19,8 @@ Sorting backends for the coordinate-wise rules (``method``):
   "masked": one float sort per cluster (non-members sent to +inf), ``lax.map`` over K.
   "numpy": numpy ``partition`` per cluster through ``jax.pure_callback`` (host; vmappable:
     the host walks the batch axes).
-  "auto": "packed" on every backend: fastest of the in-graph methods on the 2-core CPU and
-    on an H200 (N = 1000, d = 50000, K = 4: median 0.004 s packed, 0.013 s masked;
-    benchmarks/results/device/runs/2026-11-27-h200-a/robust.md).
-"numpy" is the fastest alone on the 2-core CPU but loops over clusters on the host and
-did not speed up whole BR-IFCA runs; measured times: benchmarks/results/robust_aggregators.md
-and brifca_figure1.md.
+  "auto": "packed" on every backend: one sort for all clusters instead of K sorts, and it
+    stays inside the compiled round (no host round trip, unlike "numpy").
 All variants agree with float64 numpy up to float32 rounding (tests/core/test_robust.py).
 """
 

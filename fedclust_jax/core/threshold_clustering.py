@@ -46,8 +46,8 @@ def threshold_clustering(points, centers, *, iters: int, radius=None, quantile=N
       "gram": v_k = a_k v0_k + sum_i c_ki z_i stays in the span of its start and the points,
         so the iterations run on (a [K], c [K, N]) with distances from the Gram matrix of the
         mean-centred points: one [N, P] x [P, N] product, O(iters N^2 K) iterations, one
-        [K, N] x [N, P] product at the end. Faster when N is small against P (FC's
-        subgroups; benchmarks/results/threshold_tc_methods.md).
+        [K, N] x [N, P] product at the end. Fewer passes over [N, P] when N is small
+        against P (FC's subgroups).
         tests/core/test_threshold_clustering.py checks that the two agree.
     """
     if (radius is None) == (quantile is None):

@@ -20,9 +20,8 @@ inversion (float32) -> cast to ``dtype``; labels ``label_map[transform[i], pool_
 Every step is an exact float32 operation or a gather, so a view reads bit-for-bit what the
 materialised recipe stores (``tests/data/test_views.py``). The byte -> value step is a table
 gather, not ``b / 255``: XLA rewrites that division as a multiplication by 1/255, which
-differs from numpy's division in the last bit for some bytes. On the 2-core CPU a read of
-200 clients x 50 MNIST images took 60-110 ms in two runs (views) against 30 ms (a slice of materialised
-arrays), under load 13; one 784 x 200 MLP layer on the same batch took 130 ms.
+differs from numpy's division in the last bit for some bytes. A read costs a gather and a
+permutation more than a slice of materialised arrays, less than one MLP layer on the batch.
 
 Memory: the pool (MNIST 70,000 x 784 bytes = 55 MB) once, plus per client
 4 * (n_max + n_test_max) + 16 bytes (indices, count, count_test, cluster, transform):

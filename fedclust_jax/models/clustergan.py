@@ -20,11 +20,9 @@ weight regularisers are never added to a loss there, so none is used here.
 
 The strided convolutions are written as patch extraction plus matmuls (``conv_s2``,
 ``deconv_s2``; equal to ``lax.conv_general_dilated`` / ``lax.conv_transpose`` with "SAME"
-padding and HWIO kernels, tested): inside ``lax.scan`` XLA's CPU backend ran the input
-and weight gradients of lax's strided (transposed) convolutions 6-50x slower than outside
-a loop (jax 0.10.2, 2-core x86 CPU), while slices, pads and matmuls keep their speed; one
-client's local update (w = 16, f = 256, batch 32) got about 6x faster this way. Not
-compared on an accelerator.
+padding and HWIO kernels, tested): inside ``lax.scan`` XLA's CPU backend runs the input
+and weight gradients of strided (transposed) convolutions many times slower than outside
+a loop (JAX issue 12868), while slices, pads and matmuls keep their speed.
 Parameters at s = 28, w = 64, f = 1024, K = 10, noise_dim = 30: generator 6,604,161
 (its three BN shifts included), critic 6,556,865, encoder 6,596,840 (``num_params``).
 """

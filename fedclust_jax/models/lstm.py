@@ -6,34 +6,18 @@ Parameters (vocab 80, embed 8, hidden 256): embedding 640; LSTM 1: 4 * (8 * 256)
 kernels + 4 * (256 * 256 + 256) recurrent kernels with biases = 271,360; LSTM 2: 525,312;
 output 20,560; total 817,872. (PyTorch's nn.LSTM keeps two bias vectors per gate, 2,048
 more in all; the function is the same.) Flax's cell: orthogonal recurrent kernels, LeCun
-normal input kernels, zero biases. On CPU, map clients with ``lax.map`` rather than vmap
-(DESIGN section 10).
+normal input kernels, zero biases. On a CPU, clients are mapped with ``lax.map`` rather than
+``vmap``: a sequential LSTM per client runs faster there than one batched recurrence.
 
 Batched initialisation: the orthogonal recurrent kernels are drawn by ``orthogonal_init``,
 which computes one QR per model even under ``vmap`` (``jax.custom_batching.sequential_vmap``),
 so ``jit(vmap(init))`` over K keys gives exactly the K one-key inits. Flax's own orthogonal
-initializer batches the QR, and with jax/jaxlib 0.10.2 on CPU ``jit(vmap(init))`` of this
-model over 3 keys did not finish on a 2-core machine (2 of 2 tries, stopped after 60 s and
-45 s; one key took 7.9 s): jaxlib's LAPACK kernel
-(``QrFactorization::Kernel``, ``lapack_sgeqrf_ffi``) splits a batch over XLA's intra-op
-thread pool and blocks (``ParallelBatchMap`` -> ``BlockingCounter::Wait``) until the parts
-finish; the two layers' QRs are independent, so XLA runs them at once, each holding one of
-the pool's 2 threads while it waits for parts that no free thread can run (native stacks of
-the stalled process show both pool threads in that wait). Smallest reproducer found
-(2 CPU cores, jax 0.10.2)::
+initializer batches the QR, and two batched QRs run at once can stall XLA's CPU thread pool
+(jaxlib's LAPACK QR kernel waits on pool threads that its sibling holds).
 
-    a = jax.random.normal(jax.random.key(1), (2, 3, 1024, 256))
-    jax.block_until_ready(jax.jit(lambda a: (jnp.linalg.qr(a[0]), jnp.linalg.qr(a[1])))(a))
-
-stalled in 3 of 4 tries (timing-dependent); one batched QR alone, and the pair with batches
-of 2 matrices of 512 x 128 or smaller (one try each), finished.
-
-The recurrence stays Flax's fused cell (one input and one recurrent matmul per step inside
-the time scan). Computing every step's input projection as one matmul before the time loop
-gives the same outputs (max difference 5e-8) but was not faster inside the local-step scan
-on a 2-core CPU (10 steps of batch 10: 3.4 s against 1.9 s; batch 64: 10.9 s against 12.9 s,
-under a load average near 10), so it is not used. The LSTM has no convolution, and its
-local steps in the scan were as fast as a host loop of jitted steps within that noise.
+The recurrence is Flax's fused cell (one input and one recurrent matmul per step inside the
+time scan); projecting every step's input in one matmul before the loop gives the same
+outputs and was not faster on a CPU, so it is not used.
 """
 
 from __future__ import annotations

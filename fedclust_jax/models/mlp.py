@@ -43,8 +43,8 @@ def mlp(sizes: Sequence[int] = (784, 200, 10), *, task: str = "classification",
     """MLP model; the last layer is the head for weight sharing.
 
     init: "flax" (default; the papers do not specify one) or "torch", the initialisation of
-    the IFCA and SR-FCA authors' PyTorch code (``--model-arg init=torch``);
-    benchmarks/results/ifca_separation.md compares the two on IFCA rotated MNIST.
+    the IFCA and SR-FCA authors' PyTorch code (``--model-arg init=torch``): uniform
+    weights and biases, see ``fedclust_jax.models.base``.
     """
     sizes = tuple(int(s) for s in sizes)
     if len(sizes) < 2 or min(sizes) < 1:

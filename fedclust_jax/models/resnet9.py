@@ -1,6 +1,7 @@
 """ResNet9 (Page's DAWNBench network) with BatchNorm, and models that carry state.
 
-BatchNorm statistics are a second pytree ``state`` next to ``params`` (DESIGN section 3):
+BatchNorm statistics are a second pytree ``state`` next to ``params``, with the same leading
+client or cluster axes, so ``jit``, ``vmap`` and ``scan`` see plain pytrees only:
 a ``StatefulModel`` adds ``init_state(key) -> state`` and
 ``apply_with_state(params, state, x, *, train, mask=None) -> (outputs, new_state)``. Both
 are pure, so stacked ``[N, ...]`` params and states of N clients (or K clusters) go through

@@ -161,9 +161,9 @@ def pretrain_rotnet(model: RotNetModel, key, images, *, epochs: int = 3, batch_s
     start from ``model.init(key)`` unless given. Deterministic given ``key``.
 
     Each minibatch step is one jitted call (gather, loss, gradient, update) dispatched from
-    the host: on XLA's CPU backend the convolution gradients run about 15x slower inside a
-    ``lax.scan``/``while`` body than in a top-level computation (measured on the 2-core
-    CPU: 2.2 s against 0.15 s per step of 128), so the epoch is not a scan.
+    the host: on XLA's CPU backend the convolution gradients run many times slower inside a
+    ``lax.scan``/``while`` body than in a top-level computation (JAX issue 12868), so the
+    epoch is not a scan.
 
     Returns (params, losses float[epochs]: the mean minibatch loss of each epoch)."""
     for name, v in (("epochs", epochs), ("batch_size", batch_size)):
