@@ -43,8 +43,8 @@ def load(path: str, like_states, config: dict):
     belongs to another configuration. Several processes: each reads the whole file, and the
     runner places the states on the mesh (``jax.device_put`` with their shardings), so each
     process keeps its own clients' shards."""
-    with np.load(path) as f:
-        meta = json.loads(bytes(f["meta"]).decode())
+    with _open(path) as f:
+        meta = _meta(path, f)
         saved = {k: v for k, v in meta["config"].items() if k != "rounds"}
         wanted = {k: v for k, v in json.loads(json.dumps(config, default=str)).items() if k != "rounds"}
         if saved != wanted:
@@ -52,11 +52,56 @@ def load(path: str, like_states, config: dict):
                              "remove it or choose another checkpoint path")
         leaves, treedef = jax.tree.flatten(like_states)
         restored = []
+        missing = [f"state_{i}" for i in range(len(leaves)) if f"state_{i}" not in f.files]
+        if missing:
+            raise not_a_checkpoint(path, f"it lacks {missing[0]} of this run's state")
         for i, like in enumerate(leaves):
             a = f[f"state_{i}"]
             restored.append(jax.random.wrap_key_data(a) if i in meta["keys"] else jax.numpy.asarray(a, like.dtype))
         history = {k[len("history_"):]: f[k] for k in f.files if k.startswith("history_")}
     return jax.tree.unflatten(treedef, restored), history, int(meta["rounds_done"])
+
+
+def not_a_checkpoint(path: str, why: str) -> ValueError:
+    """The one-line refusal of a file that is not a fedclust_jax checkpoint."""
+    return ValueError(f"checkpoint {path!r} is not a fedclust_jax checkpoint ({why}); to start "
+                      f"afresh remove it or give --checkpoint another path")
+
+
+def _open(path: str):
+    """``np.load`` of a checkpoint without pickle; any other file is ``not_a_checkpoint``."""
+    import zipfile
+    try:
+        f = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        if isinstance(e, (PermissionError, IsADirectoryError)):
+            raise ValueError(f"checkpoint {path!r} cannot be read ({e.strerror or e})") from None
+        raise not_a_checkpoint(path, "not an .npz archive") from None
+    if not isinstance(f, np.lib.npyio.NpzFile):
+        raise not_a_checkpoint(path, "a single .npy array, not an .npz archive")
+    return f
+
+
+def _meta(path: str, f) -> dict:
+    """The checkpoint's header (rounds_done, config, keys), checked."""
+    if "meta" not in f.files:
+        raise not_a_checkpoint(path, "an .npz archive without its header")
+    try:
+        meta = json.loads(bytes(f["meta"]).decode())
+    except (ValueError, UnicodeDecodeError, OSError):
+        raise not_a_checkpoint(path, "its header is unreadable") from None
+    if (not isinstance(meta, dict) or not isinstance(meta.get("rounds_done"), int)
+            or not isinstance(meta.get("config"), dict) or not isinstance(meta.get("keys"), list)):
+        raise not_a_checkpoint(path, "its header lacks rounds_done, config or keys")
+    return meta
+
+
+def read_meta(path: str) -> dict:
+    """The header of the checkpoint at ``path``: {"rounds_done": int, "config": dict,
+    "keys": list}; ValueError (one line, ``not_a_checkpoint``) for any other file, read
+    without pickle."""
+    with _open(path) as f:
+        return _meta(path, f)
 
 
 def _storable(a) -> np.ndarray:

@@ -423,7 +423,7 @@ def list_everything(name: str | None = None) -> str:
 
 def check_paths(args, labels: list[str]):
     """--output and --checkpoint must be writable files (folders are created) before any
-    compute starts."""
+    compute starts; a checkpoint that exists must be a fedclust_jax checkpoint."""
     from fedclust_jax.experiment import checkpoint_paths
     from fedclust_jax.results import check_output_path
     if args.output:
@@ -434,6 +434,9 @@ def check_paths(args, labels: list[str]):
                 check_output_path(path, "--checkpoint", example="ck.npz")
             elif not os.access(path, os.R_OK | os.W_OK):
                 raise ValueError(f"--checkpoint {path!r} exists but cannot be read and written")
+            else:  # resumed from: it must be a fedclust_jax checkpoint (read without pickle)
+                from fedclust_jax.checkpoint import read_meta
+                read_meta(path)
 
 
 def error(message) -> int:

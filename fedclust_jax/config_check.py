@@ -57,6 +57,10 @@ RANGES = {
     "sigma": (0, True, 1, True), "krum_frac": (0, True, 1, False),
 }
 
+# Integers with an upper bound: name -> (largest allowed, why). The round counter of the
+# compiled loop is int32, so a run of 2**31 - 1 rounds or more could not be counted.
+INT_MAX = {"rounds": (2**31 - 2, "the round counter is a 32-bit integer")}
+
 # How a message names a value besides its key.
 WORDS = {"lr": "learning rate", "steps": "local steps", "erm_lr": "ERM learning rate",
          "personal_lr": "personal learning rate", "num_clusters": "number of clusters",
@@ -102,6 +106,8 @@ def describe(name: str, annotation, default=_MISSING) -> str:
     for k in kinds:
         if k is bool:
             words.append("true or false")
+        elif k is int and name in INT_MAX:
+            words.append(f"an integer >= {1 if name in SIZES else 0} and <= {INT_MAX[name][0]}")
         elif k is int:
             words.append(f"an integer >= {1 if name in SIZES else 0}" if name != "seed"
                          else "an integer >= 0")
@@ -116,7 +122,7 @@ def describe(name: str, annotation, default=_MISSING) -> str:
         else:
             words.append(getattr(k, "__name__", str(k)))
     if int in kinds and float in kinds:
-        words.remove(f"an integer >= {1 if name in SIZES else 0}")
+        words = [w for w in words if not w.startswith("an integer")]
     if none:
         words.append("none")
     return " or ".join(dict.fromkeys(words)) or "any value"
@@ -232,6 +238,9 @@ def convert(name: str, value, annotation, default=_MISSING, where: str = ""):
                 _fail(where, name, value, annotation, default, "is too small")
             if name == "seed" and value < 0:
                 _fail(where, name, value, annotation, default, "is negative")
+            if name in INT_MAX and value > INT_MAX[name][0]:
+                _fail(where, name, value, annotation, default,
+                      f"is too large ({INT_MAX[name][1]})")
             return value
         if list in kinds and name in SIZES and isinstance(value, int):
             return convert(name, [value], annotation, default, where)

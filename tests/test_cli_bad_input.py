@@ -40,6 +40,8 @@ def one_line_error(capsys, *words):
     (["--lr", "0"], ["learning rate", "> 0"]),
     (["--rounds", "-1"], ["rounds", ">= 0"]),
     (["--rounds", "ten"], ["rounds", "'ten'", "integer"]),
+    (["--rounds", "5000000000"], ["rounds", "too large", "32-bit", "<= 2147483646"]),
+    (["--rounds", "2147483647"], ["rounds", "too large"]),
     (["--seed", "1.5"], ["seed", "integer"]),
     (["--restarts", "0"], ["restarts", ">= 1"]),
     (["--data", "num_clients=0"], ["num_clients", ">= 1"]),
@@ -177,3 +179,26 @@ def test_restarts_that_cannot_fit_stop_before_rounds(capsys, monkeypatch):
                  "--no-progress"]) == 2
     one_line_error(capsys, "needs about", "8.00 GB is available", "fewer --restarts",
                    "--chunk")
+
+
+@pytest.mark.parametrize("content", [b"\x93NUMPY random bytes " * 50, b"", b"PK\x03\x04 not a zip"])
+def test_a_checkpoint_that_is_not_ours_is_one_line(tmp_path, content, capsys, no_compute):
+    """Random bytes (numpy would offer to unpickle them) or an empty file: one line that
+    says the file is not a fedclust_jax checkpoint and how to start afresh."""
+    ck = tmp_path / "ck.npz"
+    ck.write_bytes(content)
+    assert main(["run", "--algorithm", "ifca", "--checkpoint", str(ck)] + TINY) == 2
+    err = one_line_error(capsys, "not a fedclust_jax checkpoint", "remove it",
+                         "another path")
+    assert "pickle" not in err
+
+
+def test_an_npz_of_other_arrays_is_not_a_checkpoint(tmp_path, capsys, no_compute):
+    import numpy as np
+    ck = tmp_path / "ck.npz"
+    np.savez(ck, weights=np.ones(3))
+    assert main(["run", "--algorithm", "ifca", "--checkpoint", str(ck)] + TINY) == 2
+    one_line_error(capsys, "not a fedclust_jax checkpoint", "without its header")
+    np.savez(ck, meta=np.array([{"rounds_done": 1}], dtype=object))
+    assert main(["run", "--algorithm", "ifca", "--checkpoint", str(ck)] + TINY) == 2
+    assert "pickle" not in one_line_error(capsys, "not a fedclust_jax checkpoint")
