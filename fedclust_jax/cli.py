@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import tomllib
 
 from fedclust_jax.algorithms.registry import ALGORITHMS, accepted_params
@@ -444,8 +447,101 @@ def error(message) -> int:
     return 2
 
 
+class RunState:
+    """What the command is doing, for the line printed on an interrupt: the algorithm
+    running (None before the first one starts) and each algorithm's checkpoint path."""
+
+    def __init__(self):
+        self.command, self.label, self.checkpoints = None, None, {}
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def interrupt_signals():
+    """SIGINT and SIGTERM raise KeyboardInterrupt while the command runs (the previous
+    handlers come back after; a signal the parent process ignores stays ignored). One that
+    lands where Python cannot raise (a garbage-collection callback) is raised at the next
+    progress report instead (``progress.raise_lost_interrupt``). Off the main thread
+    signals cannot be handled and nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from fedclust_jax import progress
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s, handler in ((signal.SIGINT, signal.default_int_handler),
+                       (signal.SIGTERM, _raise_interrupt)):
+        if previous[s] is not signal.SIG_IGN:   # a signal ignored by the parent stays so
+            signal.signal(s, handler)
+    hook = sys.unraisablehook
+
+    def swallowed(unraisable):   # an interrupt landing in a gc callback: raised at the next report
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            progress.interrupt_lost()
+        else:
+            hook(unraisable)
+    sys.unraisablehook = swallowed
+    try:
+        yield
+    finally:
+        sys.unraisablehook = hook
+        progress.clear_lost_interrupt()
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+
+
+def interrupt_line(exc: KeyboardInterrupt, state: RunState) -> str:
+    """The one line printed on Ctrl-C or SIGTERM: ``RunInterrupted.line()`` when the
+    runner says where it stopped, else what the command knows (the checkpoint's round)."""
+    from fedclust_jax.progress import RunInterrupted
+    if isinstance(exc, RunInterrupted):
+        return exc.line()
+    if state.command == "sweep":
+        return ("fedclust-jax: sweep interrupted; a sweep keeps no checkpoint, so nothing was "
+                "saved; rerun the same command to start again")
+    if state.label is None:
+        return ("fedclust-jax: interrupted before the first round; nothing was saved; rerun "
+                "the same command to start again")
+    path = state.checkpoints.get(state.label)
+    if path is None:
+        return (f"{state.label}: interrupted; no checkpoint was asked for (add --checkpoint "
+                f"FILE to make a run resumable)")
+    held = None
+    if os.path.exists(path):
+        from fedclust_jax.checkpoint import read_meta
+        try:
+            held = read_meta(path)["rounds_done"]
+        except ValueError:
+            held = None
+    if held is None:
+        return (f"{state.label}: interrupted; {path} holds no round yet; rerun the same "
+                f"command to start again")
+    return (f"{state.label}: interrupted; {path} holds round {held}; rerun the same command "
+            f"to resume")
+
+
 def main(argv=None) -> int:
+    """The command line; exit code 0, 1 (a run diverged or its output went elsewhere), 2
+    (bad input, before compute) or 130 (interrupted by Ctrl-C or SIGTERM: one line on
+    stderr saying what the checkpoint holds)."""
+    state = RunState()
+    with interrupt_signals():
+        try:
+            return _main(argv, state)
+        except KeyboardInterrupt as e:
+            sys.stdout.flush()
+            lead = "\n" if getattr(sys.stderr, "isatty", lambda: False)() else ""
+            print(lead + interrupt_line(e, state), file=sys.stderr, flush=True)
+            if argv is None:    # the program itself: leave now, as XLA's compile threads
+                os._exit(130)   # may still run and crash the interpreter's teardown
+            return 130
+
+
+def _main(argv, state: RunState) -> int:
     args = make_parser().parse_args(argv)
+    state.command = args.command
     if args.command == "list":
         try:
             print(list_everything(args.name))
@@ -462,6 +558,7 @@ def main(argv=None) -> int:
         return main_sweep(args)
     from fedclust_jax.config_check import check_study_value
     from fedclust_jax.experiment import checkpoint_paths, run_study, study_configs
+    from fedclust_jax.progress import raise_lost_interrupt
     from fedclust_jax.results import format_curves, format_settings, format_table, save_results
     try:
         study = build_study(args, single=args.command == "run")
@@ -477,8 +574,13 @@ def main(argv=None) -> int:
         if args.checkpoint and len(labels) > 1:
             paths = checkpoint_paths(args.checkpoint, labels)
             print("checkpoints: " + ", ".join(f"{l} -> {p}" for l, p in paths.items()), file=sys.stderr)
+        state.checkpoints = checkpoint_paths(args.checkpoint, labels)
+
+        def on_start(label, cfg, data):
+            raise_lost_interrupt()
+            state.label = label
         results = run_study(study, progress=not args.no_progress, checkpoint=args.checkpoint,
-                            devices=devices)
+                            devices=devices, on_start=on_start)
     except (ValueError, FileNotFoundError) as e:
         return error(e)
     except MemoryError as e:

@@ -65,6 +65,31 @@ class RunInterrupted(KeyboardInterrupt):
         return self.line()
 
 
+_lost_interrupt = False
+
+
+def interrupt_lost():
+    """Notes that a KeyboardInterrupt was swallowed where Python cannot raise it (a signal
+    landing in a garbage-collection callback or a ``__del__``: "Exception ignored"); the
+    command line's ``sys.unraisablehook`` calls it."""
+    global _lost_interrupt
+    _lost_interrupt = True
+
+
+def raise_lost_interrupt():
+    """Raises the KeyboardInterrupt that ``interrupt_lost`` noted, once; ``Progress.update``
+    calls it between chunks, so such an interrupt stops the run at the next report."""
+    global _lost_interrupt
+    if _lost_interrupt:
+        _lost_interrupt = False
+        raise KeyboardInterrupt("interrupted")
+
+
+def clear_lost_interrupt():
+    global _lost_interrupt
+    _lost_interrupt = False
+
+
 def chunk_length(rounds: int, wanted: int | None) -> int:
     """The divisor of ``rounds`` closest to ``wanted`` (default rounds / 10)."""
     if rounds == 0:
@@ -143,6 +168,7 @@ class Progress:
         self.stream.flush()
 
     def update(self, done: int, extra: str = ""):
+        raise_lost_interrupt()
         if not self.enabled:
             return
         now = time.perf_counter()
