@@ -24,8 +24,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 TOLERANCE = 0.005 + 1e-9
 
-slow = pytest.mark.skipif(os.environ.get("FEDCLUST_SLOW") != "1",
-                          reason="slow README example: set FEDCLUST_SLOW=1 to run it")
+
+def slow(test):
+    """A README example too long for the default suite: marked ``slow``; runs with
+    FEDCLUST_SLOW=1."""
+    skip = pytest.mark.skipif(os.environ.get("FEDCLUST_SLOW") != "1",
+                              reason="slow README example: set FEDCLUST_SLOW=1 to run it")
+    return pytest.mark.slow(skip(test))
+
 
 # Commands of the README that run here, each with the test that runs it.
 RUN = {
