@@ -131,8 +131,12 @@ def build_study(args, *, single: bool) -> dict:
                              f"available: {', '.join(sorted(ALGORITHMS))}")
         study["algorithms"] = {n: dict(known.get(n) or {}) for n in names}
     elif single and len(known) != 1:
-        raise ValueError("`run` runs one algorithm: pass --algorithm NAME (the study has "
-                         f"{sorted(known)}), or use `compare` to run them all")
+        if not known:
+            raise ValueError("`run` runs one algorithm and the study names none; pass "
+                             "--algorithm NAME (see `fedclust-jax list`)")
+        raise ValueError(f"`run` runs one algorithm and the study has {len(known)} "
+                         f"({', '.join(known)}); pass --algorithm LABEL, e.g. --algorithm "
+                         f"{next(iter(known))}, or use `compare` to run them all")
     labels = study["algorithms"]
     for label, params in labels.items():
         if params is not None and not isinstance(params, dict):
@@ -537,6 +541,10 @@ def main(argv=None) -> int:
             if argv is None:    # the program itself: leave now, as XLA's compile threads
                 os._exit(130)   # may still run and crash the interpreter's teardown
             return 130
+        except BrokenPipeError:  # stdout closed early (`| head`): stop quietly
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 141
 
 
 def _main(argv, state: RunState) -> int:
@@ -559,7 +567,9 @@ def _main(argv, state: RunState) -> int:
     from fedclust_jax.config_check import check_study_value
     from fedclust_jax.experiment import checkpoint_paths, run_study, study_configs
     from fedclust_jax.progress import raise_lost_interrupt
-    from fedclust_jax.results import format_curves, format_settings, format_table, save_results
+    from fedclust_jax.results import (format_curves, format_data_line, format_layouts,
+                                      format_settings, format_table, planned_settings,
+                                      save_results)
     try:
         study = build_study(args, single=args.command == "run")
         configs = study_configs(study)  # every value type- and range-checked, no data built
@@ -577,7 +587,12 @@ def _main(argv, state: RunState) -> int:
         state.checkpoints = checkpoint_paths(args.checkpoint, labels)
 
         def on_start(label, cfg, data):
+            """Before each algorithm; before the first, the data and every algorithm's
+            effective settings, flushed, so they show before anything compiles."""
             raise_lost_interrupt()
+            if state.label is None:
+                print(format_data_line(data.summary()))
+                print(format_settings(planned_settings(configs, data)), flush=True)
             state.label = label
         results = run_study(study, progress=not args.no_progress, checkpoint=args.checkpoint,
                             devices=devices, on_start=on_start)
@@ -590,8 +605,9 @@ def _main(argv, state: RunState) -> int:
             return error("the run ran out of device memory; lower --restarts, --chunk (clients "
                          "per vectorized chunk) or the number of clients")
         raise
-    print(results[0]["data"])
-    print(format_settings(results))
+    layouts = format_layouts(results)
+    if layouts:
+        print(layouts)
     print(format_table(results))
     curves = format_curves(results)
     if curves:
@@ -616,8 +632,9 @@ def _main(argv, state: RunState) -> int:
             print(f"fedclust-jax: warning: {r['algorithm']} diverged ({bad[0]} is NaN); lower its "
                   "learning rate", file=sys.stderr)
             code = 1
-    if args.output:
-        code = max(code, saved(save_results(results, args.output), args.output,
+    if args.output:   # run: the result object; compare: a list of them
+        written = results[0] if args.command == "run" else results
+        code = max(code, saved(save_results(written, args.output), args.output,
                                f"results written to {args.output}"))
     return code
 
@@ -634,15 +651,18 @@ def saved(written: str, path: str, message: str) -> int:
 def main_sweep(args) -> int:
     """`fedclust-jax sweep`: every grid value checked, then the programs run; exit 2 on a
     bad study, 1 when a point diverged or the output went elsewhere."""
-    from fedclust_jax.results import check_rows_path, format_rows, save_rows
+    from fedclust_jax.experiment import study_configs
+    from fedclust_jax.results import check_rows_path, format_rows, format_sweep_plan, save_rows
     from fedclust_jax.sweep import parse_sweep, run_sweep
     try:
         study = load_config(args.config)
         if args.eval_every is not None:
             study["eval_every"] = args.eval_every
-        _, paths, _ = parse_sweep(study)
+        base, paths, grid = parse_sweep(study)
         if args.output:
             check_rows_path(args.output)
+        print(format_sweep_plan(study["sweep"], paths, len(grid), study_configs(base)),
+              flush=True)
         rows = run_sweep(study, progress=not args.no_progress)
     except (ValueError, FileNotFoundError) as e:
         return error(e)

@@ -27,6 +27,7 @@ Runner loop::
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -95,7 +96,8 @@ def chunk_length(rounds: int, wanted: int | None) -> int:
     if rounds == 0:
         return 1
     wanted = wanted or max(1, rounds // 10)
-    divisors = [d for d in range(1, rounds + 1) if rounds % d == 0]
+    small = [d for d in range(1, math.isqrt(rounds) + 1) if rounds % d == 0]
+    divisors = small + [rounds // d for d in small]
     return min(divisors, key=lambda d: (abs(d - wanted), d))
 
 
@@ -146,17 +148,39 @@ class ChunkSchedule:
         return self.length
 
 
+LONG_RUN_S = 3600.0
+
+
+def duration(seconds: float) -> str:
+    """A duration for people: '45 s', '12 min', '4.4 h', '3.2 days'."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
 class Progress:
-    """Progress of one run on ``stream`` (stderr): ``update(done, extra)`` after each chunk."""
+    """Progress of one run on ``stream`` (stderr): ``update(done, extra)`` after each chunk.
+
+    From the second report on (the first chunk compiles) each line ends with an estimate of
+    the time left: the rounds to go times the seconds a round has taken since the first
+    report. The first estimate over ``long_run_s`` (an hour) is also said once on a line of
+    its own, with the seconds a round, so a run of hours or days is known early."""
 
     def __init__(self, label: str, total: int, enabled: bool = True, width: int = 30, *,
-                 start: int = 0, stream=None, min_interval_s: float = PROGRESS_EVERY_S / 2):
+                 start: int = 0, stream=None, min_interval_s: float = PROGRESS_EVERY_S / 2,
+                 clock=time.perf_counter, long_run_s: float = LONG_RUN_S):
         self.label, self.total, self.enabled, self.width = label, total, enabled, width
         self.stream = stream if stream is not None else sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.min_interval_s = min_interval_s
-        self.start = time.perf_counter()
+        self.min_interval_s, self.clock, self.long_run_s = min_interval_s, clock, long_run_s
+        self.start = clock()
         self._last_line = None
+        self._first = None          # (clock, rounds done) at the first report
+        self._warned = False
         if enabled and start > 0:
             self._write(f"{label}: resuming from round {start} of {total}", newline=True)
 
@@ -167,19 +191,38 @@ class Progress:
             self.stream.write(text + "\n")
         self.stream.flush()
 
+    def seconds_left(self, done: int, now: float) -> float | None:
+        """Estimated seconds to the last round (None before a round after the first report
+        was timed)."""
+        if self._first is None or done <= self._first[1]:
+            return None
+        per_round = (now - self._first[0]) / (done - self._first[1])
+        return per_round * max(self.total - done, 0)
+
     def update(self, done: int, extra: str = ""):
         raise_lost_interrupt()
         if not self.enabled:
             return
-        now = time.perf_counter()
+        now = self.clock()
+        left = self.seconds_left(done, now)
+        if self._first is None:
+            self._first = (now, done)
         finished = done >= self.total
+        if left is not None and left > self.long_run_s and not self._warned and not finished:
+            self._warned = True
+            per_round = (now - self._first[0]) / (done - self._first[1])
+            self._write(f"{'' if not self.tty else chr(13)}{self.label}: about {duration(left)} "
+                        f"left ({self.total - done} rounds at {per_round:.3g} s a round)",
+                        newline=True)
         if not self.tty and not finished and self._last_line is not None \
                 and now - self._last_line < self.min_interval_s:
             return
         self._last_line = now
         filled = int(self.width * done / max(self.total, 1))
         bar = "#" * filled + "." * (self.width - filled)
-        text = f"{self.label:>10} [{bar}] {done}/{self.total} rounds {now - self.start:6.1f}s {extra}"
+        eta = "" if left is None or finished else f" ({duration(left)} left)"
+        text = (f"{self.label:>10} [{bar}] {done}/{self.total} rounds {now - self.start:6.1f}s"
+                f"{eta} {extra}")
         if self.tty:
             self._write(text.rstrip(), newline=False)
             if finished:

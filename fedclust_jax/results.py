@@ -115,6 +115,57 @@ def format_settings(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def format_data_line(summary: str) -> str:
+    """The data line printed above a run: ``FederatedData.summary()`` with "true clusters 0"
+    (the data carry no cluster labels, e.g. FEMNIST) said as "unknown"."""
+    return summary.replace("true clusters 0", "true clusters unknown")
+
+
+def planned_settings(configs, data) -> list[dict]:
+    """Result-shaped entries ({"algorithm", "config", "effective"}) for ``format_settings``
+    before anything runs: every parameter as it will run on ``data`` (defaults and
+    data-dependent values included), from (label, ExperimentConfig) pairs."""
+    from fedclust_jax.algorithms.registry import effective_params
+    from fedclust_jax.models.registry import DEFAULT_MODEL
+    return [{"algorithm": label, "config": cfg.to_dict(),
+             "effective": {"model": cfg.model or DEFAULT_MODEL[data.task],
+                           "params": effective_params(cfg.algorithm, cfg.params, data)}}
+            for label, cfg in configs]
+
+
+def format_sweep_plan(table: dict, paths: list[str], points: int, configs) -> str:
+    """What a sweep will run, printed before anything is built: the grid (``table``: the
+    study's sweep table, ``paths`` its swept paths, ``points`` grid points) and each
+    algorithm's settings as the study gives them (label, ExperimentConfig pairs; the swept
+    values replace them point by point)."""
+    mode = table.get("mode", "product")
+    grid = ", ".join(f"{p} = {_short(table[p])}" for p in paths)
+    cfg0 = configs[0][1]
+    lines = [f"sweep: {points} point(s), {mode} of {grid}; dataset {cfg0.dataset}"
+             + (" " + " ".join(f"{k}={_short(v)}" for k, v in cfg0.data.items()) if cfg0.data else "")]
+    for label, cfg in configs:
+        name = label if label == cfg.algorithm else f"{label} ({cfg.algorithm})"
+        head = (f"{name}: rounds={cfg.rounds} restarts={cfg.restarts} "
+                f"model={cfg.model or '(task default)'}"
+                + (f" eval_every={cfg.eval_every}" if cfg.eval_every else ""))
+        params = " ".join(f"{k}={_short(v)}" for k, v in cfg.params.items())
+        lines.append(head + (f"\n    {params} (other parameters at their defaults)" if params
+                             else "\n    (every parameter at its default)"))
+    return "\n".join(lines)
+
+
+def format_layouts(results: list[dict]) -> str:
+    """One line: the client layout each algorithm ran with (chosen when it started)."""
+    parts = []
+    for r in results:
+        layout = r.get("layout")
+        if layout:
+            chunk = layout.get("chunk")
+            parts.append(f"{r['algorithm']} {'one vmap' if chunk is None else f'chunks of {chunk}'}"
+                         f" ({layout.get('requested')!s} on {layout.get('backend')})")
+    return "layout: " + ", ".join(parts) if parts else ""
+
+
 def environment() -> dict:
     """Package, JAX and jaxlib versions, Python, the backend and the devices used."""
     import jax
@@ -189,8 +240,9 @@ def _jsonable(v):
         return str(v)
 
 
-def save_results(results: list[dict], path: str) -> str:
-    """Writes ``results`` as JSON to ``path`` (atomically). If that fails, writes them to
+def save_results(results: list[dict] | dict, path: str) -> str:
+    """Writes ``results`` (a list of results, or one result object) as JSON to ``path``
+    (atomically). If that fails, writes them to
     ``fallback_path(path)`` instead, says so on stderr and returns that path."""
     return _write_or_fall_back(_write_json, results, path)
 

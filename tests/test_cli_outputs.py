@@ -63,7 +63,7 @@ def test_results_go_to_a_fallback_file_when_writing_fails(tmp_path, capsys, monk
     err = capsys.readouterr().err
     written = [f for f in os.listdir(tmp_path) if f.startswith("fedclust-results-")]
     assert len(written) == 1 and written[0] in err and "Permission denied" in err
-    assert json.loads((tmp_path / written[0]).read_text())[0]["algorithm"] == "fedavg"
+    assert json.loads((tmp_path / written[0]).read_text())["algorithm"] == "fedavg"
 
 
 @pytest.mark.parametrize("dataset, model", [
@@ -150,7 +150,7 @@ def test_run_prints_the_curves_of_the_chosen_restart(tmp_path, capsys):
     assert main(["run", "--algorithm", "ifca", "--eval-every", "1", "--output", str(out),
                  "--no-progress"] + TINY + ["--restarts", "2"]) == 0
     printed = capsys.readouterr().out
-    r = json.loads(out.read_text())[0]
+    r = json.loads(out.read_text())     # `run` writes one result object
     curves = r["curves"]
     assert printed.index("algorithm ") < printed.index("curves of ifca")  # after the table
     block = printed[printed.index("curves of ifca"):].splitlines()
