@@ -1,6 +1,7 @@
 """Bad configuration fails early with a clear message; the CLI runs end to end."""
 
 import json
+import os
 
 import pytest
 
@@ -79,3 +80,13 @@ def test_cli_help_and_list(capsys):
     assert main(["list"]) == 0
     listing = capsys.readouterr().out
     assert "synthetic-regression" in listing and "ifca" in listing
+
+
+def test_accelerator_extras_are_jaxs_own():
+    """`pip install -e ".[cuda12]"` (or cuda13, tpu) pulls JAX's extra of that name."""
+    import tomllib
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    for name in ("cuda12", "cuda13", "tpu"):
+        assert extras[name] == [f"jax[{name}]>=0.10"], (name, extras.get(name))
