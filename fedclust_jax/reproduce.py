@@ -1,0 +1,456 @@
+"""Paper tables as study files: run one through the runner, write it beside the paper's numbers.
+
+    python -m fedclust_jax.reproduce srfca-table5 [--quick] [--out DIR] [--data-dir DIR]
+        [--seeds 0 1 2]
+    python -m fedclust_jax.reproduce --list
+
+A table ``<paper>-<name>`` is the file ``benchmarks/<paper>/<name>.toml``::
+
+    [table]
+    title = "SR-FCA Table 5: test accuracy (%) after each phase"
+    numbers = "table5.paper.toml"    # the paper's numbers, beside this file
+    metric = "assigned_test_acc"     # a column of the runner's rows (final metrics), or
+                                     # "restarts.<key>" (runner = "study"), e.g.
+                                     # "restarts.oracle_best_param_error"
+    scale = 100.0                    # multiplies the metric (default 1)
+    threshold = 0.6                  # optional: the cell is the fraction of seeds with
+                                     # metric < threshold (a success probability)
+    digits = 2                       # decimals shown
+    spread = "std"                   # our "±": "std" or "se" (standard error) over seeds
+    tolerance = 0.0                  # a cell agrees when |ours - paper| <= max(the paper's
+                                     # spread, tolerance)
+    rows = "algorithm"               # row field(s) of the runner's rows: "algorithm" (the
+    columns = "part"                 # study's label), "part", "seed", a swept path, or
+                                     # "round": with eval_every, each curve point is a row
+                                     # (its round and the curve's metrics there)
+    runner = "sweep"                 # "sweep": run_sweep (seeds vmapped); "study": every
+                                     # point and seed through run_study (restart diagnostics)
+    [table.labels]                   # optional display names of row / column keys
+    "srfca-1" = "After 1st REFINE"
+    [table.size]                     # the paper's run size; ours is read from the rows
+    clients = 100
+    rounds = 2
+    seeds = 5
+
+    [study]                          # as for `fedclust-jax sweep --config` ([sweep] optional;
+    dataset = "srfca-rotated-mnist"  # a study without one runs every seed of --seeds)
+    ...
+    [parts.inverted]                 # optional: several studies, each [study] deep-merged
+    dataset = "srfca-inverted-mnist" # with its part (the column "part")
+    [quick]                          # deep-merged over [study] with --quick (CI size; a
+    select = ["inverted"]            # "dataset" here drops the study's "data"; "select":
+    [quick.parts.inverted]           # only these parts), then over each part
+
+The paper's numbers file (TOML or JSON) maps row key -> column key -> value, a value being
+a number or [mean, spread]; keys are the raw keys (the field values, several joined by
+" / "), and optionally "source" and "spread" (what the paper's ± is) at the top::
+
+    source = "Vardhan et al., Table 5"
+    [numbers.local]
+    inverted = [76.52, 0.54]
+    [[claims]]                       # a figure without numbers: claims on our cells
+    text = "BR-IFCA beats IFCA-FedAvg"
+    lower = "brifca-median"          # row key with the smaller mean ...
+    higher = "ifca-fedavg"           # ... than this one, in every column (or "columns")
+
+Outputs in DIR (default ``benchmarks/results/<paper>/``): ``<name>.md`` (its first line is the
+command; the table, ours beside the paper's, the run size against the paper's, hardware,
+package commit, verdict) and ``<name>.json`` (the command, the run's metadata and the raw
+rows). Verdict: "reproduced" when every cell with a paper number agrees, "partly" when some
+do, "not reproduced" when none does, "not run" for a --quick run (CI size, not compared).
+``render(spec, record)`` rebuilds the markdown from the JSON alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import inspect
+import json
+import math
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+PAPERS = ("ifca", "uifca", "srfca", "threshold", "brifca")
+TABLE_KEYS = {"title", "numbers", "metric", "scale", "threshold", "digits", "spread",
+              "tolerance", "rows", "columns", "runner", "labels", "size", "notes"}
+FILE_KEYS = {"table", "study", "parts", "quick"}
+
+
+# ----------------------------------------------------------------------------- study files
+
+def table_ids() -> list[str]:
+    """Every table id, ``<paper>-<name>`` for ``benchmarks/<paper>/<name>.toml``."""
+    return sorted(f"{p}-{f.stem}" for p in PAPERS for f in (BENCHMARKS / p).glob("*.toml")
+                  if not f.stem.endswith(".paper"))
+
+
+def table_path(table_id: str) -> Path:
+    paper, _, name = table_id.partition("-")
+    path = BENCHMARKS / paper / f"{name}.toml"
+    if paper not in PAPERS or not name or not path.exists():
+        raise ValueError(f"unknown table {table_id!r}; available: {', '.join(table_ids())}")
+    return path
+
+
+def merge(base: dict, over: dict) -> dict:
+    """``base`` with ``over`` deep-merged into it (tables merge, other values replace)."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def _as_list(v) -> list[str]:
+    return [] if v is None else [v] if isinstance(v, str) else list(v)
+
+
+def load_spec(table_id: str) -> dict:
+    """The study file as a dict with "id", "paper", "path" and "paper_numbers" added;
+    ValueError (one line) on an unknown key or a missing numbers file."""
+    path = table_path(table_id)
+    spec = tomllib.loads(path.read_text())
+    unknown = sorted(set(spec) - FILE_KEYS)
+    if unknown:
+        raise ValueError(f"{path}: unknown table(s) {unknown}; allowed: {sorted(FILE_KEYS)}")
+    table = spec.get("table", {})
+    bad = sorted(set(table) - TABLE_KEYS)
+    if bad:
+        raise ValueError(f"{path}: unknown [table] key(s) {bad}; allowed: {sorted(TABLE_KEYS)}")
+    for key in ("metric", "rows", "numbers"):
+        if key not in table:
+            raise ValueError(f"{path}: [table] needs {key!r}")
+    if table.get("runner", "sweep") not in ("sweep", "study"):
+        raise ValueError(f"{path}: runner must be \"sweep\" or \"study\", got {table['runner']!r}")
+    if table.get("spread", "std") not in ("std", "se"):
+        raise ValueError(f"{path}: spread must be \"std\" or \"se\", got {table['spread']!r}")
+    numbers = path.parent / table["numbers"]
+    if not numbers.exists():
+        raise ValueError(f"{path}: the paper's numbers file {numbers} does not exist")
+    text = numbers.read_text()
+    spec["paper_numbers"] = json.loads(text) if numbers.suffix == ".json" else tomllib.loads(text)
+    spec.update(id=table_id, paper=path.parent.name, name=path.stem,
+                path=str(path.relative_to(ROOT)))
+    return spec
+
+
+def _accepts(dataset: str, param: str) -> bool:
+    from fedclust_jax.data.registry import DATASETS
+    return param in inspect.signature(DATASETS[dataset]).parameters
+
+
+def studies(spec: dict, *, quick: bool = False, seeds: list[int] | None = None,
+            data_dir: str | None = None) -> dict[str, dict]:
+    """part name -> the study to run ("" when the file has no parts): [study] merged with
+    the part, then [quick] with --quick; ``seeds`` replaces the sweep's seed list (a study
+    without a [sweep] gets one); ``data_dir`` goes to every dataset that takes one."""
+    base, quick_over = spec.get("study", {}), spec.get("quick", {})
+    parts = spec.get("parts") or {"": {}}
+    if quick and "select" in quick_over:
+        parts = {k: v for k, v in parts.items() if k in quick_over["select"]}
+    out = {}
+    for name, part in parts.items():
+        study = merge(base, part)
+        if quick:
+            if "dataset" in quick_over:     # another dataset: its own parameters only
+                study.pop("data", None)
+            study = merge(study, {k: v for k, v in quick_over.items() if k not in ("parts", "select")})
+            study = merge(study, quick_over.get("parts", {}).get(name, {}))
+        sweep = dict(study.get("sweep", {}))
+        if seeds is not None:
+            sweep["seed"] = list(seeds)
+        sweep.setdefault("seed", [study.get("seed", 0)])
+        study["sweep"] = sweep
+        if data_dir is not None and _accepts(study.get("dataset", "synthetic-regression"), "data_dir"):
+            study.setdefault("data", {})["data_dir"] = data_dir
+        out[name] = study
+    return out
+
+
+# ----------------------------------------------------------------------------- running
+
+def _study_rows(study: dict, progress: bool) -> list[dict]:
+    """run_study for every point of the study's sweep: one row per (algorithm, point, seed)
+    with the swept paths, seed, rounds, the final metrics and "restarts.<key>" entries."""
+    from fedclust_jax.experiment import run_study
+    from fedclust_jax.sweep import apply_point, parse_sweep
+    base, paths, grid = parse_sweep(study)
+    rows = []
+    for i, point in enumerate(grid):
+        setting = dict(zip(paths, point))
+        for r in run_study(apply_point(base, setting), progress=progress):
+            row = {"algorithm": r["algorithm"], "point": i, **setting,
+                   "seed": r["config"]["seed"], "rounds": r["config"]["rounds"],
+                   "restarts": r["config"]["restarts"], "wall_s": r["wall_s"]}
+            row.update({f"data.{k}": v for k, v in r["effective"]["data"].items()})
+            row.update(r["metrics"])
+            row.update({f"restarts.{k}": v for k, v in r["restarts"].items()})
+            rows.append(row)
+    return rows
+
+
+def run_table(spec: dict, *, quick: bool = False, seeds: list[int] | None = None,
+              data_dir: str | None = None, progress: bool = True) -> list[dict]:
+    """The rows of every part through the runner (``run_sweep`` or ``run_study``), each
+    with "part" added; curves are dropped (the tables read final metrics)."""
+    from fedclust_jax.sweep import run_sweep
+    runner = spec["table"].get("runner", "sweep")
+    rows = []
+    for part, study in studies(spec, quick=quick, seeds=seeds, data_dir=data_dir).items():
+        got = run_sweep(study, progress=progress) if runner == "sweep" else _study_rows(study, progress)
+        for r in got:
+            rows += [{"part": part, **x} for x in curve_points(r)]
+    return rows
+
+
+def curve_points(row: dict) -> list[dict]:
+    """A row with curves (eval_every) as one row per curve point, "round" the rounds done
+    and the curve's scalar metrics at that point; without curves the row itself with
+    "round" = its rounds."""
+    curves = row.get("curves")
+    base = {k: v for k, v in row.items() if k != "curves"}
+    if not curves:
+        return [{**base, "round": base.get("rounds")}]
+    out = []
+    for j, t in enumerate(curves["round"]):
+        point = {**base, "round": t}
+        point.update({k: v[j] for k, v in curves.items()
+                      if k != "round" and isinstance(v, list) and not isinstance(v[j], list)})
+        out.append(point)
+    return out
+
+
+# ----------------------------------------------------------------------------- the table
+
+def _key(row: dict, fields: list[str]) -> str:
+    return " / ".join(str(row.get(f)) for f in fields)
+
+
+def _value(row: dict, table: dict):
+    v = row.get(table["metric"])
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    v = float(v)
+    if "threshold" in table:
+        return float(v < table["threshold"])
+    return v * table.get("scale", 1.0)
+
+
+def cells(spec: dict, rows: list[dict]) -> dict:
+    """{(row key, column key): {"mean", "spread", "n", "paper", "paper_spread", "agrees"}}
+    over the seeds of each cell (mean ± std or standard error of the metric)."""
+    table = spec["table"]
+    rf, cf = _as_list(table["rows"]), _as_list(table.get("columns"))
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        groups.setdefault((_key(r, rf), _key(r, cf) if cf else ""), []).append(_value(r, table))
+    numbers = spec["paper_numbers"].get("numbers", {})
+    out = {}
+    for (rk, ck), vals in groups.items():
+        vals = [v for v in vals if v is not None]
+        n = len(vals)
+        mean = sum(vals) / n if n else None
+        sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / n) if n else None
+        spread = sd / math.sqrt(n) if n and table.get("spread") == "se" else sd
+        paper = numbers.get(rk, {}).get(ck) if cf else numbers.get(rk)
+        if isinstance(paper, dict):
+            paper = paper.get("")
+        p_mean, p_spread = (paper if isinstance(paper, list) else (paper, None)) if paper is not None else (None, None)
+        agrees = None
+        if p_mean is not None and mean is not None:
+            agrees = abs(mean - p_mean) <= max(p_spread or 0.0, table.get("tolerance", 0.0)) + 1e-9
+        out[(rk, ck)] = {"mean": mean, "spread": spread, "n": n, "paper": p_mean,
+                         "paper_spread": p_spread, "agrees": agrees}
+    return out
+
+
+def claims(spec: dict, cell: dict) -> list[dict]:
+    """The paper's qualitative claims checked on our cells: each [[claims]] entry of the
+    numbers file {text, lower, higher, columns (default: every column)} says row ``lower``
+    has a smaller mean than row ``higher`` in each of those columns."""
+    out = []
+    for c in spec["paper_numbers"].get("claims", []):
+        cols = c.get("columns") or list(dict.fromkeys(k[1] for k in cell))
+        for ck in cols:
+            lo, hi = cell.get((c["lower"], ck)), cell.get((c["higher"], ck))
+            if lo and hi and lo["mean"] is not None and hi["mean"] is not None:
+                out.append({"text": c["text"], "column": ck, "holds": lo["mean"] < hi["mean"]})
+    return out
+
+
+def verdict(spec: dict, cell: dict, quick: bool) -> str:
+    if quick:
+        return "not run (--quick: a CI-size run, not compared with the paper)"
+    checked = [c["agrees"] for c in cell.values() if c["agrees"] is not None]
+    checked += [c["holds"] for c in claims(spec, cell)]
+    if not checked:
+        return "not run (no cell has a paper number)"
+    ok = sum(checked)
+    word = "reproduced" if ok == len(checked) else "partly" if ok else "not reproduced"
+    return f"{word} ({ok} of {len(checked)} cells within the paper's spread or claims holding)"
+
+
+def run_size(rows: list[dict]) -> dict:
+    """Ours, as ranges over the rows: clients (data.num_clients or data.m), rounds, seeds."""
+    def span(vals):
+        vals = sorted({v for v in vals if v is not None})
+        return None if not vals else vals[0] if len(vals) == 1 else f"{vals[0]}-{vals[-1]}"
+    clients = [r.get("data.num_clients", r.get("data.m")) for r in rows]
+    return {"clients": span(clients), "rounds": span(r.get("rounds") for r in rows),
+            "seeds": len({r.get("seed") for r in rows})}
+
+
+def _fmt(mean, spread, digits) -> str:
+    if mean is None:
+        return "-"
+    return f"{mean:.{digits}f}" + ("" if spread is None else f" ± {spread:.{digits}f}")
+
+
+def render(spec: dict, record: dict) -> str:
+    """The markdown of a results record (``record["rows"]`` the raw rows, the rest as
+    ``main`` writes it): command, table, run size, hardware, commit, verdict."""
+    table, rows = spec["table"], record["rows"]
+    digits, labels = table.get("digits", 3), table.get("labels", {})
+    cell = cells(spec, rows)
+    cf = _as_list(table.get("columns"))
+    row_keys = list(dict.fromkeys(k[0] for k in cell))
+    col_keys = list(dict.fromkeys(k[1] for k in cell))
+    name = lambda k: labels.get(k, k)
+    header = [" / ".join(_as_list(table["rows"]))]
+    for ck in col_keys:
+        head = f"{name(ck)}: " if cf else ""
+        header += [f"{head}ours", f"{head}paper"]
+    lines = [f"`{record['command']}`", "", f"# {table.get('title', spec['id'])}", "",
+             f"Study file `{spec['path']}`; metric `{table['metric']}`"
+             + (f" < {table['threshold']} (fraction of seeds)" if "threshold" in table else "")
+             + (f" x {table['scale']:g}" if table.get("scale", 1.0) != 1.0 else "")
+             + f", mean ± {table.get('spread', 'std')} over seeds; the paper's numbers from "
+             f"{spec['paper_numbers'].get('source', table['numbers'])}.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for rk in row_keys:
+        line = [name(rk)]
+        for ck in col_keys:
+            c = cell.get((rk, ck))
+            if c is None:
+                line += ["-", "-"]
+                continue
+            mark = "" if c["agrees"] is None or record["quick"] else " ✓" if c["agrees"] else " ✗"
+            line += [_fmt(c["mean"], c["spread"], digits) + mark,
+                     _fmt(c["paper"], c["paper_spread"], digits)]
+        lines.append("| " + " | ".join(line) + " |")
+    size, paper_size, env = record["size"], table.get("size", {}), record["environment"]
+    lines += ["", "| run size | ours | paper |", "|---|---|---|"]
+    lines += [f"| {k} | {size.get(k)} | {paper_size.get(k, '-')} |" for k in ("clients", "rounds", "seeds")]
+    lines += ["", f"Hardware: {env['backend']} ({env['device']} x {env['device_count']}), "
+              f"jax {env['jax']}; package commit {record['commit']}; "
+              f"{record['wall_s']:.0f} s."]
+    held = claims(spec, cell)
+    if held:
+        lines += ["", "| the paper's claim | column | holds |", "|---|---|---|"]
+        lines += [f"| {c['text']} | {name(c['column'])} | {'yes' if c['holds'] else 'no'} |" for c in held]
+    lines += ["", f"Verdict: {record['verdict']}."]
+    if table.get("notes"):
+        lines += ["", table["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def commit() -> str:
+    """The package's git commit (short), "+dirty" when tracked files differ from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
+                                "--", "fedclust_jax"], cwd=ROOT, text=True,
+                               capture_output=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def command_line(args) -> str:
+    parts = ["python -m fedclust_jax.reproduce", args.table]
+    if args.quick:
+        parts.append("--quick")
+    if args.seeds is not None:
+        parts += ["--seeds", *map(str, args.seeds)]
+    if args.data_dir is not None:
+        parts += ["--data-dir", args.data_dir]
+    if args.out is not None:
+        parts += ["--out", args.out]
+    return " ".join(parts)
+
+
+# ----------------------------------------------------------------------------- command line
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("table", nargs="?", help="table id, e.g. srfca-table5 (--list shows them)")
+    p.add_argument("--list", action="store_true", help="list the table ids and exit")
+    p.add_argument("--quick", action="store_true",
+                   help="CI size: the study file's [quick] settings (seconds on a CPU)")
+    p.add_argument("--out", default=None,
+                   help="folder for <name>.md and <name>.json (default benchmarks/results/<paper>)")
+    p.add_argument("--data-dir", default=None, help="folder with the real data sets (MNIST, LEAF)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="seeds to run (default: the study file's)")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+
+
+def main(args) -> int:
+    """Runs ``args.table``; exit 2 with one line on bad input (before compute)."""
+    from fedclust_jax.results import check_output_path, environment
+    if args.list:
+        print("\n".join(table_ids()))
+        return 0
+    try:
+        if not args.table:
+            raise ValueError("name a table, e.g. srfca-table5 (--list shows them)")
+        spec = load_spec(args.table)
+        if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
+            raise ValueError(f"--seeds {args.seeds}: give distinct integers >= 0")
+        from fedclust_jax.sweep import parse_sweep
+        for study in studies(spec, quick=args.quick, seeds=args.seeds, data_dir=args.data_dir).values():
+            parse_sweep(study)
+        out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / spec["paper"]
+        md, raw = out / f"{spec['name']}.md", out / f"{spec['name']}.json"
+        check_output_path(str(md), "--out", example=None)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    try:
+        rows = run_table(spec, quick=args.quick, seeds=args.seeds, data_dir=args.data_dir,
+                         progress=not args.no_progress)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    record = {"command": command_line(args), "table": spec["id"], "quick": args.quick,
+              "commit": commit(), "environment": environment(),
+              "wall_s": time.perf_counter() - t0, "size": run_size(rows)}
+    record["verdict"] = verdict(spec, cells(spec, rows), args.quick)
+    record["rows"] = rows
+    raw.write_text(json.dumps(record, indent=1, default=_jsonable) + "\n")
+    record = json.loads(raw.read_text())
+    md.write_text(render(spec, record))
+    print(md.read_text())
+    return 0
+
+
+def _jsonable(v):
+    import numpy as np
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return str(v)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m fedclust_jax.reproduce",
+                                     description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))

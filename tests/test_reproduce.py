@@ -1,0 +1,99 @@
+"""Paper tables as study files (fedclust_jax.reproduce): every table runs at CI size, a
+committed results file equals what its raw rows give, a row equals the single run with
+its settings and seed, bad input stops before compute."""
+
+import json
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from fedclust_jax import reproduce
+from fedclust_jax.experiment import run_experiment, study_configs
+from fedclust_jax.sweep import apply_point, parse_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def args(table, **kw):
+    return Namespace(**{**dict(table=table, list=False, quick=True, out=None, data_dir=None,
+                               seeds=None, no_progress=True), **kw})
+
+
+def test_table_ids_cover_the_study_files():
+    ids = reproduce.table_ids()
+    assert "srfca-table5" in ids and "brifca-figure1" in ids
+    for table_id in ids:
+        spec = reproduce.load_spec(table_id)
+        assert spec["paper"] in reproduce.PAPERS
+        for study in reproduce.studies(spec, quick=True).values():
+            parse_sweep(study)            # every quick study is a valid sweep
+
+
+@pytest.mark.parametrize("table_id", reproduce.table_ids())
+def test_every_table_runs_quick_and_its_markdown_comes_from_its_rows(table_id, tmp_path):
+    assert reproduce.main(args(table_id, out=str(tmp_path))) == 0
+    spec = reproduce.load_spec(table_id)
+    md = (tmp_path / f"{spec['name']}.md").read_text()
+    record = json.loads((tmp_path / f"{spec['name']}.json").read_text())
+    assert md.splitlines()[0] == f"`python -m fedclust_jax.reproduce {table_id} --quick --out {tmp_path}`"
+    assert record["rows"] and record["quick"] and record["verdict"].startswith("not run")
+    assert reproduce.render(spec, record) == md
+    numbers = [c for c in reproduce.cells(spec, record["rows"]).values()]
+    assert all(c["n"] >= 1 and c["mean"] is not None for c in numbers), numbers
+
+
+def committed():
+    return sorted(p for p in RESULTS.glob("*/*.json")
+                  if "rows" in json.loads(p.read_text()) and p.parent.name in reproduce.PAPERS)
+
+
+@pytest.mark.parametrize("path", committed(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_results_equal_their_raw_rows(path):
+    record = json.loads(path.read_text())
+    spec = reproduce.load_spec(record["table"])
+    assert path.with_suffix(".md").read_text() == reproduce.render(spec, record)
+    assert record["verdict"] == reproduce.verdict(spec, reproduce.cells(spec, record["rows"]),
+                                                  record["quick"])
+
+
+def test_a_row_equals_the_single_run_with_its_settings_and_seed():
+    spec = reproduce.load_spec("brifca-figure1")
+    study = reproduce.studies(spec, quick=True, seeds=[1])["a-k5-d20"]
+    study["algorithms"] = {"brifca-median": study["algorithms"]["brifca-median"]}
+    rows = reproduce.run_table({**spec, "study": study, "parts": None, "quick": {}},
+                               quick=False, progress=False)
+    base, _, _ = parse_sweep(study)
+    (_, cfg), = study_configs(apply_point(base, {"seed": 1}))
+    single = run_experiment(cfg, progress=False)
+    assert rows[0]["seed"] == 1
+    assert rows[0]["param_error"] == pytest.approx(single["metrics"]["param_error"], rel=1e-5)
+
+
+def test_cells_mean_spread_agreement_and_verdict():
+    spec = {"table": {"metric": "acc", "rows": "algorithm", "columns": "part", "scale": 100.0,
+                      "tolerance": 0.5},
+            "paper_numbers": {"numbers": {"a": {"x": [50.0, 1.0], "y": 10.0}},
+                              "claims": [{"text": "a below b", "lower": "a", "higher": "b"}]}}
+    rows = [{"algorithm": "a", "part": "x", "acc": 0.50}, {"algorithm": "a", "part": "x", "acc": 0.52},
+            {"algorithm": "a", "part": "y", "acc": 0.20}, {"algorithm": "b", "part": "x", "acc": 0.9},
+            {"algorithm": "b", "part": "y", "acc": 0.1}]
+    c = reproduce.cells(spec, rows)
+    assert c[("a", "x")]["mean"] == pytest.approx(51.0) and c[("a", "x")]["spread"] == pytest.approx(1.0)
+    assert c[("a", "x")]["agrees"] is True and c[("a", "y")]["agrees"] is False
+    assert c[("b", "x")]["agrees"] is None
+    assert [h["holds"] for h in reproduce.claims(spec, c)] == [True, False]
+    assert reproduce.verdict(spec, c, quick=False).startswith("partly (2 of 4")
+    assert reproduce.verdict(spec, c, quick=True).startswith("not run")
+
+
+def test_bad_input_is_one_line_and_exit_2_before_compute(capsys, tmp_path):
+    assert reproduce.main(args("srfca-table99")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown table 'srfca-table99'; available:") and err.count("\n") == 1
+    assert reproduce.main(args("srfca-table5", seeds=[1, 1])) == 2
+    assert "distinct" in capsys.readouterr().err
+    (tmp_path / "f").write_text("")
+    assert reproduce.main(args("srfca-table5", out=str(tmp_path / "f"))) == 2
+    assert reproduce.main(args(None)) == 2
