@@ -11,8 +11,10 @@ A table ``<paper>-<name>`` is the file ``benchmarks/<paper>/<name>.toml``::
     numbers = "table5.paper.toml"    # the paper's numbers, beside this file
     metric = "assigned_test_acc"     # a column of the runner's rows (final metrics), or
                                      # "restarts.<key>" (runner = "study"), e.g.
-                                     # "restarts.oracle_best_param_error"
-    scale = 100.0                    # multiplies the metric (default 1)
+                                     # "restarts.oracle_best_param_error"; a list gives
+                                     # each metric its columns ("<column> / <metric>")
+    scale = 100.0                    # multiplies the metric (default 1); scale, digits and
+                                     # tolerance may be tables {metric: value}
     threshold = 0.6                  # optional: the cell is the fraction of seeds with
                                      # metric < threshold (a success probability)
     digits = 2                       # decimals shown
@@ -231,41 +233,54 @@ def _key(row: dict, fields: list[str]) -> str:
     return " / ".join(str(row.get(f)) for f in fields)
 
 
-def _value(row: dict, table: dict):
-    v = row.get(table["metric"])
+def per_metric(table: dict, key: str, metric: str, default):
+    """``table[key]``: one value, or a table {metric: value}."""
+    v = table.get(key, default)
+    return v.get(metric, default) if isinstance(v, dict) else v
+
+
+def _value(row: dict, table: dict, metric: str):
+    v = row.get(metric)
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return None
     v = float(v)
     if "threshold" in table:
         return float(v < table["threshold"])
-    return v * table.get("scale", 1.0)
+    return v * per_metric(table, "scale", metric, 1.0)
+
+
+def column_key(row: dict, fields: list[str], metric: str, metrics: list[str]) -> str:
+    """The column of a row's value: its column fields, and the metric when there are several."""
+    parts = ([_key(row, fields)] if fields else []) + ([metric] if len(metrics) > 1 else [])
+    return " / ".join(parts)
 
 
 def cells(spec: dict, rows: list[dict]) -> dict:
-    """{(row key, column key): {"mean", "spread", "n", "paper", "paper_spread", "agrees"}}
-    over the seeds of each cell (mean ± std or standard error of the metric)."""
+    """{(row key, column key): {"mean", "spread", "n", "paper", "paper_spread", "agrees",
+    "metric"}} over the seeds of each cell (mean ± std or standard error of the metric)."""
     table = spec["table"]
-    rf, cf = _as_list(table["rows"]), _as_list(table.get("columns"))
+    rf, cf, metrics = _as_list(table["rows"]), _as_list(table.get("columns")), _as_list(table["metric"])
     groups: dict[tuple, list] = {}
     for r in rows:
-        groups.setdefault((_key(r, rf), _key(r, cf) if cf else ""), []).append(_value(r, table))
+        for m in metrics:
+            groups.setdefault((_key(r, rf), column_key(r, cf, m, metrics), m), []).append(
+                _value(r, table, m))
     numbers = spec["paper_numbers"].get("numbers", {})
     out = {}
-    for (rk, ck), vals in groups.items():
+    for (rk, ck, metric), vals in groups.items():
         vals = [v for v in vals if v is not None]
         n = len(vals)
         mean = sum(vals) / n if n else None
         sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / n) if n else None
-        spread = sd / math.sqrt(n) if n and table.get("spread") == "se" else sd
-        paper = numbers.get(rk, {}).get(ck) if cf else numbers.get(rk)
-        if isinstance(paper, dict):
-            paper = paper.get("")
+        spread = None if n < 2 else sd / math.sqrt(n) if table.get("spread") == "se" else sd
+        paper = numbers.get(rk, {}).get(ck) if ck else numbers.get(rk)
         p_mean, p_spread = (paper if isinstance(paper, list) else (paper, None)) if paper is not None else (None, None)
         agrees = None
         if p_mean is not None and mean is not None:
-            agrees = abs(mean - p_mean) <= max(p_spread or 0.0, table.get("tolerance", 0.0)) + 1e-9
+            tol = per_metric(table, "tolerance", metric, 0.0)
+            agrees = abs(mean - p_mean) <= max(p_spread or 0.0, tol) + 1e-9
         out[(rk, ck)] = {"mean": mean, "spread": spread, "n": n, "paper": p_mean,
-                         "paper_spread": p_spread, "agrees": agrees}
+                         "paper_spread": p_spread, "agrees": agrees, "metric": metric}
     return out
 
 
@@ -315,9 +330,9 @@ def render(spec: dict, record: dict) -> str:
     """The markdown of a results record (``record["rows"]`` the raw rows, the rest as
     ``main`` writes it): command, table, run size, hardware, commit, verdict."""
     table, rows = spec["table"], record["rows"]
-    digits, labels = table.get("digits", 3), table.get("labels", {})
+    labels = table.get("labels", {})
     cell = cells(spec, rows)
-    cf = _as_list(table.get("columns"))
+    cf = _as_list(table.get("columns")) + _as_list(table["metric"])[1:]
     row_keys = list(dict.fromkeys(k[0] for k in cell))
     col_keys = list(dict.fromkeys(k[1] for k in cell))
     name = lambda k: labels.get(k, k)
@@ -326,9 +341,11 @@ def render(spec: dict, record: dict) -> str:
         head = f"{name(ck)}: " if cf else ""
         header += [f"{head}ours", f"{head}paper"]
     lines = [f"`{record['command']}`", "", f"# {table.get('title', spec['id'])}", "",
-             f"Study file `{spec['path']}`; metric `{table['metric']}`"
+             f"Study file `{spec['path']}`; metric "
+             + ", ".join(f"`{m}`" + (f" x {per_metric(table, 'scale', m, 1.0):g}"
+                                     if per_metric(table, "scale", m, 1.0) != 1.0 else "")
+                         for m in _as_list(table["metric"]))
              + (f" < {table['threshold']} (fraction of seeds)" if "threshold" in table else "")
-             + (f" x {table['scale']:g}" if table.get("scale", 1.0) != 1.0 else "")
              + f", mean ± {table.get('spread', 'std')} over seeds; the paper's numbers from "
              f"{spec['paper_numbers'].get('source', table['numbers'])}.", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -340,6 +357,7 @@ def render(spec: dict, record: dict) -> str:
                 line += ["-", "-"]
                 continue
             mark = "" if c["agrees"] is None or record["quick"] else " ✓" if c["agrees"] else " ✗"
+            digits = per_metric(table, "digits", c["metric"], 3)
             line += [_fmt(c["mean"], c["spread"], digits) + mark,
                      _fmt(c["paper"], c["paper_spread"], digits)]
         lines.append("| " + " | ".join(line) + " |")
