@@ -15,6 +15,14 @@ value}, "curves": {"round": [...], metric: [...]}}`` (``to_records``); missing o
 entries are skipped, extra keys and columns ignored. Curves are averaged over seeds (mean
 and std at the rounds every seed recorded) for each algorithm and sweep point.
 
+Diverged points are drawn, never dropped: a plotted value (a mean over seeds, so one
+diverged seed makes its point diverged) is *diverged* when it is not finite or, on a loss
+axis (``LOSS_METRICS``), *exploded*: above ``EXPLODED`` (1e6) times the median of the
+panel's finite values. Such a point is a red x at the top of its panel, its line breaks
+there, and the legend names the line and where it diverged. A loss axis is logarithmic when
+the values drawn span more than two decades. The figure has one legend, in an empty panel
+slot or beside the panels.
+
 matplotlib is imported only when a figure is drawn (``pip install 'fedclust_jax[plot]'``).
 """
 
@@ -46,6 +54,12 @@ RESERVED = {"algorithm", "label", "seed", "curves", "history", "point", "config"
             "environment", "restarts", "layout", "data", "metrics", "wall_s", "seconds",
             "compile_s", "time_s"}
 PIP_HINT = "pip install 'fedclust_jax[plot]' (or pip install matplotlib)"
+# axes that get a log scale when wide and where a value far above the rest has exploded
+LOSS_METRICS = {"test_loss", "train_loss", "assigned_test_loss", "objective"}
+EXPLODED = 1e6          # a loss above EXPLODED x the panel's median has exploded
+LOG_DECADES = 2.0       # a loss axis spanning more decades than this is logarithmic
+MARKERS = "osD^vP*Xph"
+STYLES = ("-", "--", "-.", ":")
 
 
 # ---------------------------------------------------------------- reading
@@ -228,8 +242,9 @@ def curve_metrics(records: list[dict]) -> list[str]:
 
 
 def final_metrics(records: list[dict]) -> list[str]:
-    return [m for m in FINAL_METRICS
-            if any(not math.isnan(_num(r["final"].get(m))) for r in records)]
+    """Final metrics any record holds (a diverged inf or NaN counts), in FINAL_METRICS
+    order."""
+    return [m for m in FINAL_METRICS if any(_final(r, m) is not None for r in records)]
 
 
 # ---------------------------------------------------------------- statistics
@@ -262,7 +277,8 @@ def _sort_key(v):
 def mean_curves(records: list[dict], metric: str, by: list[str] | None = None):
     """[(label, rounds [T], mean [T], std [T], seeds)] per algorithm and value of the ``by``
     parameters (default: every swept one), over the records' seeds at the rounds they all
-    recorded; NaN entries are left out of the mean."""
+    recorded; a round where a seed's value is not finite has a non-finite mean (drawn as
+    diverged)."""
     by = swept_params(records) if by is None else by
     groups = defaultdict(list)
     for r in records:
@@ -281,11 +297,9 @@ def mean_curves(records: list[dict], metric: str, by: list[str] | None = None):
             continue
         vals = np.array([[dict(zip(r["curves"][rkey], r["curves"][metric]))[t] for t in rounds]
                          for r in recs])
-        if np.all(np.isnan(vals)):
-            continue
-        with warnings.catch_warnings():  # a round where every seed is NaN stays NaN
+        with warnings.catch_warnings():  # one diverged seed (inf, NaN) makes the mean so
             warnings.simplefilter("ignore", RuntimeWarning)
-            mean, std = np.nanmean(vals, 0), np.nanstd(vals, 0)
+            mean, std = vals.mean(0), vals.std(0)
         label = _group_label(key, by)
         out.append((label, rounds, mean, std, len(recs)))
     return out
@@ -294,12 +308,14 @@ def mean_curves(records: list[dict], metric: str, by: list[str] | None = None):
 def mean_finals(records: list[dict], param: str, metric: str, by: list[str] | None = None):
     """[(label, x values [P], mean [P], std [P], seeds per x [P])]: the final ``metric``
     against ``param`` per algorithm (and value of the other swept parameters ``by``), mean
-    and std over seeds; records without a value for ``param`` or ``metric`` are left out."""
+    and std over seeds (one diverged seed makes the mean non-finite); records without a
+    value for ``param`` or ``metric`` are left out (``mean_unswept`` gives the algorithms
+    that lack ``param``)."""
     by = [k for k in swept_params(records) if k != param] if by is None else by
     groups = defaultdict(lambda: defaultdict(list))
     for r in records:
-        x, y = r["params"].get(param), _num(r["final"].get(metric))
-        if x is None or math.isnan(y):
+        x, y = r["params"].get(param), _final(r, metric)
+        if x is None or y is None:
             continue
         groups[(r["algorithm"],) + tuple(r["params"].get(k) for k in by)][x].append(y)
     out = []
@@ -307,9 +323,32 @@ def mean_finals(records: list[dict], param: str, metric: str, by: list[str] | No
         xs = sorted(per_x, key=_sort_key)
         ys = [np.array(per_x[x]) for x in xs]
         label = _group_label(key, by)
-        out.append((label, xs, np.array([y.mean() for y in ys]), np.array([y.std() for y in ys]),
-                    [len(y) for y in ys]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            out.append((label, xs, np.array([y.mean() for y in ys]),
+                        np.array([y.std() for y in ys]), [len(y) for y in ys]))
     return out
+
+
+def _final(record: dict, metric: str) -> float | None:
+    """A record's final ``metric``: None when absent (or null), inf / NaN kept (diverged)."""
+    v = record["final"].get(metric)
+    if v is None or isinstance(v, (str, bool)):
+        return None
+    return float(v)
+
+
+def mean_unswept(records: list[dict], param: str, metric: str):
+    """[(label, mean, std, seeds)]: the final ``metric`` of each algorithm that has no
+    value for ``param`` (e.g. FedAvg in a sweep of "ifca.lr"), over all its records."""
+    groups = defaultdict(list)
+    for r in records:
+        y = _final(r, metric)
+        if r["params"].get(param) is None and y is not None:
+            groups[r["algorithm"]].append(y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return [(alg, float(np.mean(ys)), float(np.std(ys)), len(ys)) for alg, ys in groups.items()]
 
 
 # ---------------------------------------------------------------- drawing
@@ -354,20 +393,84 @@ def log_x_if_wide(ax, values, decades: float = 2.0) -> bool:
     return False
 
 
-def plot_curves(results, metric: str, ax=None, by: list[str] | None = None):
+def diverged(values, reference, metric: str) -> np.ndarray:
+    """bool mask of ``values`` that diverged: not finite, or on a loss axis
+    (``LOSS_METRICS``) above ``EXPLODED`` times the median of the finite |``reference``|
+    (the values of the whole panel)."""
+    values = np.asarray(values, float)
+    bad = ~np.isfinite(values)
+    ref = np.abs(np.asarray(reference, float))
+    ref = ref[np.isfinite(ref)]
+    if metric in LOSS_METRICS and ref.size and np.median(ref) > 0:
+        with np.errstate(invalid="ignore"):
+            bad |= np.abs(values) > EXPLODED * np.median(ref)
+    return bad
+
+
+def _style(i: int) -> dict:
+    """Line i's marker, dash and width: lines that coincide stay visible (the wider under
+    the narrower, each with its own marker)."""
+    return {"marker": MARKERS[i % len(MARKERS)], "linestyle": STYLES[(i // len(MARKERS)) % len(STYLES)],
+            "linewidth": max(3.2 - 0.5 * i, 1.0), "markersize": max(6.5 - 0.6 * i, 3.5),
+            "zorder": 2 + 0.01 * i}
+
+
+def _color(colors: dict, label: str) -> str:
+    """``label``'s colour, a new one for a label not seen yet (``colors`` is extended)."""
+    if label not in colors:
+        colors[label] = f"C{len(set(colors.values())) % 10}"
+    return colors[label]
+
+
+def _draw(ax, lines, metric: str, colors: dict, where) -> list[str]:
+    """Draws [(label, x, mean, std or None, legend label)] on ``ax``: diverged points
+    (``diverged`` over the whole panel) as red x at the top, the lines broken there; a
+    log y-axis for a loss whose drawn values span more than ``LOG_DECADES``. ``where(x)``
+    says where a line diverged (for the legend). Returns the diverged descriptions."""
+    every = np.concatenate([np.asarray(m, float) for _, _, m, _, _ in lines]) if lines else np.zeros(0)
+    shown, notes = [], []
+    for i, (label, x, mean, std, legend) in enumerate(lines):
+        x, mean = np.asarray(x, float), np.asarray(mean, float)
+        bad = diverged(mean, every, metric)
+        y = np.where(bad, np.nan, mean)
+        spread = None if std is None else np.where(bad, np.nan, np.asarray(std, float))
+        plot_band(ax, x, y, spread, label=legend, color=_color(colors, label), **_style(i))
+        shown.append(y[~bad])
+        if bad.any():
+            note = f"diverged: {label}: {where(x[bad])}"
+            ax.plot(x[bad], np.full(int(bad.sum()), 0.97), linestyle="none", marker="x",
+                    color="red", markersize=9, markeredgewidth=2.2, clip_on=False, zorder=5,
+                    transform=ax.get_xaxis_transform(), label=note)
+            notes.append(note)
+    drawn = np.concatenate(shown) if shown else np.zeros(0)
+    drawn = drawn[np.isfinite(drawn)]
+    if (metric in LOSS_METRICS and drawn.size and drawn.min() > 0
+            and drawn.max() / drawn.min() > 10 ** LOG_DECADES):
+        ax.set_yscale("log")
+    return notes
+
+
+def _rounds(x) -> str:
+    x = [int(v) for v in x]
+    return f"at round {x[0]}" if len(x) == 1 else f"at {len(x)} rounds from round {x[0]}"
+
+
+def plot_curves(results, metric: str, ax=None, by: list[str] | None = None,
+                colors: dict | None = None):
     """One line per algorithm (and sweep point) of the per-round ``metric`` against the
-    round, mean +- std over seeds as a band. ``results``: a path, run results, sweep rows
-    or records. Returns the Axes."""
+    round, mean +- std over seeds as a band; diverged points as red x at the top (module
+    docstring). ``results``: a path, run results, sweep rows or records; ``colors``: label
+    -> colour, shared between panels (extended here). Returns the Axes."""
     records = _records(results)
     if metric not in CURVE_METRICS:
         raise ValueError(f"unknown curve metric {metric!r}; known: {', '.join(CURVE_METRICS)}")
     ax = _axes(ax)
     by = swept_params(records) if by is None else by
-    colors = _colors(records, by)
-    for label, rounds, mean, std, seeds in mean_curves(records, metric, by):
-        plot_band(ax, rounds, mean, std if seeds > 1 else None, color=colors[label],
-                  label=label + (f", {seeds} seeds" if seeds > 1 else ""),
-                  marker="o" if len(rounds) <= 12 else None, markersize=3)
+    colors = _colors(records, by) if colors is None else colors
+    lines = [(label, rounds, mean, std if seeds > 1 else None,
+              label + (f", {seeds} seeds" if seeds > 1 else ""))
+             for label, rounds, mean, std, seeds in mean_curves(records, metric, by)]
+    _draw(ax, lines, metric, colors, lambda x: f"{CURVE_METRICS[metric]} {_rounds(x)}")
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if metric == "num_clusters":
@@ -377,27 +480,43 @@ def plot_curves(results, metric: str, ax=None, by: list[str] | None = None):
     return ax
 
 
-def plot_sweep(rows, param: str, metric: str, ax=None, by: list[str] | None = None):
+def plot_sweep(rows, param: str, metric: str, ax=None, by: list[str] | None = None,
+               colors: dict | None = None):
     """The final ``metric`` against the swept ``param``: one line per algorithm (and value
-    of the other swept parameters), mean +- std over seeds; log x-axis when the values span
-    >= 2 decades, evenly spaced categories when they are not all numbers. Returns the Axes."""
+    of the other swept parameters), mean +- std over seeds; an algorithm without ``param``
+    (FedAvg in a sweep of "ifca.lr") as a dashed level across the panel; diverged points as
+    red x at the top; log x-axis when the values span >= 2 decades, evenly spaced
+    categories when they are not all numbers. Returns the Axes."""
     records = _records(rows)
     ax = _axes(ax)
     by = [k for k in swept_params(records) if k != param] if by is None else by
-    colors = _colors(records, by)
-    lines = mean_finals(records, param, metric, by)
-    allx = sorted({x for _, xs, *_ in lines for x in xs}, key=_sort_key)
+    colors = _colors(records, by) if colors is None else colors
+    found = mean_finals(records, param, metric, by)
+    allx = sorted({x for _, xs, *_ in found for x in xs}, key=_sort_key)
     numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in allx)
     pos = {x: (x if numeric else i) for i, x in enumerate(allx)}
-    for label, xs, mean, std, seeds in lines:
-        plot_band(ax, [pos[x] for x in xs], mean, std if max(seeds) > 1 else None,
-                  label=label, color=colors[label], marker="o", markersize=4)
+    lines = [(label, [pos[x] for x in xs], mean, std if max(seeds) > 1 else None, label)
+             for label, xs, mean, std, seeds in found]
+    name = f"final {FINAL_METRICS.get(metric, metric)}"
+    back = {v: k for k, v in pos.items()}
+    _draw(ax, lines, metric, colors,
+          lambda x: f"{name} at {param} = {', '.join(_fmt(back.get(v, v)) for v in x)}")
+    every = np.concatenate([np.asarray(m, float) for _, _, m, _, _ in lines]) if lines else np.zeros(0)
+    for alg, mean, std, seeds in mean_unswept(records, param, metric) if allx else []:
+        level = f"{alg} (no {param})"
+        color = colors[alg] if alg in colors else _color(colors, level)
+        if diverged([mean], every, metric)[0]:
+            ax.plot([0.5], [0.97], linestyle="none", marker="x", color="red", markersize=9,
+                    markeredgewidth=2.2, clip_on=False, transform=ax.transAxes,
+                    label=f"diverged: {level}: {name}")
+        else:
+            ax.axhline(mean, color=color, linestyle="--", linewidth=1.5, label=level)
     if numeric:
         log_x_if_wide(ax, allx)
     else:
         ax.set_xticks(range(len(allx)), [str(x) for x in allx])
     ax.set_xlabel(param)
-    ax.set_ylabel(f"final {FINAL_METRICS.get(metric, metric)}")
+    ax.set_ylabel(name)
     return ax
 
 
@@ -443,21 +562,32 @@ def figure(kind: str, records: list[dict], metric: str | None = None, x: str | N
     plt = pyplot()
     ncols = min(3, len(panels))
     nrows = -(-len(panels) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.5 * nrows), squeeze=False)
-    shown: set = set()  # curve panels repeat the labels of the first one: one legend for them
+    spare = nrows * ncols > len(panels)     # an empty slot holds the legend
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
+                             figsize=(4.6 * ncols + (0 if spare else 3.2), 3.5 * nrows + 0.4))
+    colors = _colors(records, swept_params(records))   # one colour per line in every panel
+    handles: dict = {}
     for ax, (what, name) in zip(axes.flat, panels):
         if what == "curve":
-            plot_curves(records, name, ax=ax)
+            plot_curves(records, name, ax=ax, colors=colors)
             ax.set_title(CURVE_METRICS[name])
         else:
-            plot_sweep(records, name, final, ax=ax)
+            plot_sweep(records, name, final, ax=ax, colors=colors)
             ax.set_title(f"final {FINAL_METRICS.get(final, final)} vs {name}")
-        labels = set(ax.get_legend_handles_labels()[1])
-        if labels and (what == "sweep" or not labels <= shown):
-            ax.legend(fontsize=7 if len(labels) <= 8 else 5, ncol=1 if len(labels) <= 8 else 2)
-            shown |= labels if what == "curve" else set()
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
+    size = 8 if len(handles) <= 12 else 6
+    if handles and spare:               # one legend for the figure: in the empty slot,
+        slot = list(axes.flat)[len(panels)]
+        slot.set_visible(True)
+        slot.axis("off")
+        slot.legend(list(handles.values()), list(handles), loc="upper left", fontsize=size,
+                    frameon=False)
+    elif handles:                       # or beside the panels
+        fig.legend(list(handles.values()), list(handles), loc="outside right upper",
+                   fontsize=size)
     if title is None:
         seeds = sorted({r["seed"] for r in records if r["seed"] is not None}, key=_sort_key)
         algs = sorted({r["algorithm"] for r in records})
@@ -465,7 +595,6 @@ def figure(kind: str, records: list[dict], metric: str | None = None, x: str | N
                  f"{', '.join(map(str, seeds)) or '-'}"
                  + ("; lines: mean, bands: ± std over seeds" if len(seeds) > 1 else ""))
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     return fig
 
 

@@ -98,7 +98,7 @@ def test_real_run_and_compare_files_plot(real_runs, tmp_path, capsys):
     assert labels == ["fedavg", "ifca, 2 seeds"]           # ifca pooled over both files
     np.testing.assert_allclose(loss.lines[0].get_xdata(), [1, 2, 3])
     truth = [json.loads(p.read_text()) for p in (cmp_, run)]
-    want = np.mean([truth[0][1]["history"]["train_loss"], truth[1][0]["history"]["train_loss"]], 0)
+    want = np.mean([truth[0][1]["history"]["train_loss"], truth[1]["history"]["train_loss"]], 0)
     np.testing.assert_allclose(loss.lines[1].get_ydata(), want, rtol=1e-6)
     assert len(loss.collections) == 1                        # a band for ifca only (2 seeds)
 
@@ -150,7 +150,10 @@ def test_sweep_rows_curves_and_final_metric_against_each_parameter(tmp_path):
     fed = next(l for l in n.lines if l.get_label() == "fedavg")
     np.testing.assert_allclose(fed.get_xdata(), [10, 100, 1000])
     np.testing.assert_allclose(fed.get_ydata(), [0.51] * 3)  # mean over seeds 0, 1, 2
-    assert len(p["final test accuracy vs ifca.lr"].lines) == 3  # ifca per num_clients
+    by_lr = p["final test accuracy vs ifca.lr"]
+    assert len(by_lr.lines) == 4                   # ifca per num_clients, fedavg's level
+    level = next(l for l in by_lr.lines if l.get_label() == "fedavg (no ifca.lr)")
+    np.testing.assert_allclose(level.get_ydata(), [0.51, 0.51])  # over its 9 rows
     assert len(p["test accuracy"].lines) == 9      # 6 ifca points + 3 fedavg points
     assert len(p["ARI"].lines) == 6
 
@@ -160,7 +163,7 @@ def test_plot_functions_on_given_axes(tmp_path):
     fig, (a, b) = plt.subplots(1, 2)
     rows = sweep_rows()
     assert plot.plot_sweep(rows, "ifca.lr", "test_acc", ax=a, by=[]) is a
-    assert [l.get_label() for l in a.lines] == ["ifca"]      # pooled over num_clients
+    assert [l.get_label() for l in a.lines] == ["ifca", "fedavg (no ifca.lr)"]  # pooled
     np.testing.assert_allclose(a.lines[0].get_ydata(), [0.82, 0.84])
     plot.plot_curves([run_result("ifca", 0), run_result("ifca", 1)], "test_loss", ax=b)
     assert len(b.lines) == 1 and b.get_xlabel() == "round"
