@@ -475,6 +475,10 @@ def plot_curves(results, metric: str, ax=None, by: list[str] | None = None,
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if metric == "num_clusters":
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        counts = np.concatenate([np.asarray(m, float) for _, _, m, _, _ in lines] or [np.zeros(0)])
+        counts = counts[np.isfinite(counts)]
+        if counts.size and counts.min() == counts.max():   # flat: whole numbers around it
+            ax.set_ylim(counts.min() - 1, counts.max() + 1)
     ax.set_xlabel("round")
     ax.set_ylabel(CURVE_METRICS[metric])
     return ax
