@@ -69,7 +69,7 @@ def main():
     ap.add_argument("--eval-every", type=int, default=40)
     ap.add_argument("--chunk", type=int, default=None)
     ap.add_argument("--out", type=output_file, default=str(Path(__file__).parent / "results"
-                                         / "uifca_table43_clustergan.md"))
+                                         / "uifca" / "table43_clustergan.md"))
     a = ap.parse_args()
     xtr, ytr, _, _ = load_mnist_uint8(a.data_dir)
     digits = [int(d) for d in a.digits.split(",")]

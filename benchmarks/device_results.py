@@ -35,7 +35,7 @@ from _common import read_jsonl  # noqa: E402
 from provenance import generated_by  # noqa: E402
 
 TABLE1_ROUNDS = 300
-FIGURE3_CPU = ROOT / "benchmarks" / "results" / "ifca_figure3.jsonl"   # points the CPU ran
+FIGURE3_CPU = ROOT / "benchmarks" / "results" / "ifca/figure3.jsonl"   # points the CPU ran
 
 
 def runs(device_dirs):
@@ -223,7 +223,7 @@ def figure3_line(device_records: list[dict]) -> str:
     on_cpu = figure3_done(read_jsonl(FIGURE3_CPU)) - on_device
     sizes = [len(f3.PANELS[p]["points"]) for p in sorted(f3.PANELS)]
     return (f"- IFCA Figure 3 points done at the paper's sizes: {len(on_device)} on a device, "
-            f"{len(on_cpu)} on the CPU (`results/ifca_figure3.jsonl`), of panels (a)-(d)'s "
+            f"{len(on_cpu)} on the CPU (`results/ifca/figure3.jsonl`), of panels (a)-(d)'s "
             f"{sum(sizes)} ({', '.join(map(str, sizes))}); `ifca_figure3.py --combine` with the "
             "runs' `ifca_figure3.jsonl` draws them")
 

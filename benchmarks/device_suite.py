@@ -44,7 +44,7 @@ Sessions on a device are short, so the work spans runs: ``benchmarks/device_resu
 (default: that folder, on a full-size run; also earlier ``--out`` folders) skips the parts a
 run finished ("ok"; ``tests``: ran to the end at the same code), the IFCA Table 1 rows and Table 2 / Table 4
 methods it ran at full schedule and the Figure 3 points it (or a committed CPU run, in
-``results/ifca_figure3.jsonl``) ran at the paper's sizes. The same
+``results/ifca/figure3.jsonl``) ran at the paper's sizes. The same
 command thus continues where the last session stopped; ``benchmarks/README.md`` gives the two
 calls of a session. A table row cut by the budget (IFCA Table 1, Table 2, Table 4) saves its
 states under ``--checkpoints`` (default ``.suite/checkpoints``, which a warm machine keeps

@@ -24,7 +24,7 @@ Panels (grids from the authors' code): (a) k = 2, (m, n, d) = (100, 100, 1000), 
 
     python benchmarks/ifca_figure3.py --panel a --trials 50 --out runs/fig3.jsonl
     python benchmarks/ifca_figure3.py --combine runs/fig3.jsonl \
-        --out benchmarks/results/ifca_figure3.md
+        --out benchmarks/results/ifca/figure3.md
 """
 
 from __future__ import annotations

@@ -26,9 +26,9 @@ what this library does, for the candidates:
     differences (bias and weight scale).
 
     python benchmarks/ifca_separation.py --clients 400 --n 100 --seeds 20 --rounds 2 \
-        --inits flax torch --chunk 1 --seed-batch 8 --out benchmarks/results/ifca_separation_m400.md
+        --inits flax torch --chunk 1 --seed-batch 8 --out runs/ifca_separation_m400.md
     python benchmarks/ifca_separation.py --combine FILE [FILE ...] --notes-file NOTES \
-        --out benchmarks/results/ifca_separation.md      # the summary of several runs
+        --out benchmarks/results/ifca/separation.md      # the summary of several runs
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def main(argv=None):
                         "about 3 x clients x 159k x 4 bytes each)")
     p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_DATA", "../shared/data"),
                    help="folder holding mnist/ (IDX files)")
-    p.add_argument("--out", type=output_file, default="benchmarks/results/ifca_separation.md")
+    p.add_argument("--out", type=output_file, default="benchmarks/results/ifca/separation.md")
     p.add_argument("--combine", nargs="+", metavar="FILE",
                    help="only write a summary table of these result files to --out")
     p.add_argument("--notes-file", default=None, help="markdown appended to the --combine output")

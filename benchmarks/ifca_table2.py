@@ -1,17 +1,17 @@
 """IFCA Table 2 (FEMNIST): IFCA k = 2, 3, one-shot k-means k = 2, 3, global and local.
 
     python benchmarks/ifca_table2.py --data-dir ../shared/data --rounds 400 --per-chunk 5 \
-        --seeds 1 --budget 6900 --out benchmarks/results/ifca_table2.md   # the committed CPU run
+        --seeds 1 --budget 6900 --out benchmarks/results/ifca/table2.md   # the committed CPU run
     python benchmarks/ifca_table2.py --protocol code --data-dir ../shared/data --rounds 4000 \
-        --seeds 2 --budget 6900 --out benchmarks/results/ifca_table2_code.md   # the code's pipeline
+        --seeds 2 --budget 6900 --out runs/ifca_table2_code.md   # the code's pipeline
     python benchmarks/ifca_table2.py --protocol code --data-dir ../shared/data --rounds 4000 \
-        --seeds 2 --first-seed 2 --budget 6900 --out benchmarks/results/ifca_table2_code_seeds23.md
+        --seeds 2 --first-seed 2 --budget 6900 --out runs/ifca_table2_code_seeds23.md
     python benchmarks/ifca_table2.py --protocol code --data-dir ../shared/data --rounds 4000 \
-        --seeds 1 --first-seed 4 --budget 6900 --out benchmarks/results/ifca_table2_code_seed4.md
-    python benchmarks/ifca_table2.py --combine benchmarks/results/ifca_table2_code.json \
-        benchmarks/results/ifca_table2_code_seeds23.json \
-        benchmarks/results/ifca_table2_code_seed4.json \
-        --out benchmarks/results/ifca_table2_code_combined.md   # seeds 0-4 in one table
+        --seeds 1 --first-seed 4 --budget 6900 --out runs/ifca_table2_code_seed4.md
+    python benchmarks/ifca_table2.py --combine runs/ifca_table2_code.json \
+        runs/ifca_table2_code_seeds23.json \
+        runs/ifca_table2_code_seed4.json \
+        --out benchmarks/results/ifca/table2_code.md   # seeds 0-4 in one table
     python benchmarks/ifca_table2.py --full --data-dir .data --out FILE.md   # accelerator
     python benchmarks/ifca_table2.py --dry-run --data-dir DIR --out FILE.md  # toy, seconds
 
@@ -709,7 +709,7 @@ def main(argv=None):
                     help="folder holding femnist-leaf/ (LEAF train/ and test/)")
     ap.add_argument("--out", type=output_file, default=None,
                     help="markdown file (and its .json) to write (default "
-                         "benchmarks/results/ifca_table2.md; --combine needs one)")
+                         "benchmarks/results/ifca/table2.md; --combine needs one)")
     ap.add_argument("--protocol", choices=("paper", "code"), default="paper",
                     help="paper: every method from a random start, weight sharing, final-round "
                          "accuracy; code: the authors' pipeline (FedAvg pre-training, the body "
@@ -745,7 +745,7 @@ def main(argv=None):
         if args.out is None:
             ap.error("--combine writes a new table: give --out FILE.md")
         return combine(args.combine, Path(args.out))
-    args.out = args.out or "benchmarks/results/ifca_table2.md"
+    args.out = args.out or "benchmarks/results/ifca/table2.md"
     if args.full and args.dry_run:
         ap.error("--full and --dry-run exclude each other")
     code = args.protocol == "code"

@@ -1,7 +1,7 @@
 """Robustness table: every aggregator against every attack at byz_frac in {0, .05, .1, .2, .3}
 inside BR-IFCA on one synthetic clustered task; final parameter error.
 
-    python benchmarks/robust_table.py [--trials 3] [--rounds 100] [--out benchmarks/results/robust_table.md] \
+    python benchmarks/robust_table.py [--trials 3] [--rounds 100] [--out benchmarks/results/brifca/robust_table.md] \
         [--notes-file benchmarks/notes/robust_table.md]
 
 Task: ``brifca_regression`` with k = 2, m = 120 machines, d = 10, n = 50, sigma^2 = 0.2; the

@@ -14,7 +14,7 @@ test accuracy in both runs. The setting is ``srfca_mnist.py``'s (``baselines``),
     python benchmarks/rounding_drift.py --data-dir ../shared/data/mnist \\
         --out benchmarks/results/rounding_drift.md
     python benchmarks/rounding_drift.py --data-dir ../shared/data/mnist --methods Global \\
-        --commits 2bcdeca~1 2bcdeca --out benchmarks/results/rounding_drift_2bcdeca.md
+        --commits 2bcdeca~1 2bcdeca --out runs/rounding_drift_2bcdeca.md
 
 Each run is a child process (``--snapshot FILE``: writes its models at the checkpoints and
 its final accuracies); with ``--commits`` the child imports ``fedclust_jax`` from the

@@ -354,7 +354,7 @@ def main(argv=None):
                         "(sequential clients in every FedAvg round, independent ONE_SHOT inits, "
                         "fresh REFINE inits); paper: the algorithms as the paper states them")
     p.add_argument("--out", type=output_file, default=None,
-                   help="default benchmarks/results/srfca_mnist[_paper].md by protocol")
+                   help="default benchmarks/results/srfca/tables2-3-5_mnist[_paper_protocol].md")
     p.add_argument("--notes", default=None,
                    help="markdown file appended to the table (the committed notes: "
                         "benchmarks/notes/srfca_mnist_<protocol>.md)")
@@ -362,8 +362,8 @@ def main(argv=None):
     if args.notes and not Path(args.notes).exists():
         p.error(f"--notes {args.notes}: no such file")
     if args.out is None:
-        args.out = output_file("benchmarks/results/srfca_mnist"
-                               + ("_paper" if args.protocol == "paper" else "") + ".md")
+        args.out = output_file("benchmarks/results/srfca/tables2-3-5_mnist"
+                               + ("_paper_protocol" if args.protocol == "paper" else "") + ".md")
     mnist = load_mnist(Path(args.data_dir))
     seeds = list(range(args.seeds))
     results, phases, times = {}, {}, {}

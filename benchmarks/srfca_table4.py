@@ -5,32 +5,32 @@ FedSoft, ONE_SHOT-IFCA, test accuracy beside the paper's.
     python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets femnist \
         --rounds 100 --clients 10 --shakespeare-steps 10 --max-samples 100 --seeds 1 \
         --methods SR-FCA Local Global IFCA CFL ONE_SHOT-IFCA --per-chunk 5 --budget 5700 \
-        --out benchmarks/results/srfca_table4_femnist.md
+        --out runs/srfca_table4_femnist.md
     python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets femnist \
         --rounds 100 --clients 10 --shakespeare-steps 10 --max-samples 100 --seeds 1 \
         --methods FedSoft --per-chunk 5 --budget 3600 \
-        --out benchmarks/results/srfca_table4_femnist_fedsoft.md
+        --out runs/srfca_table4_femnist_fedsoft.md
     python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets shakespeare \
         --rounds 6 --clients 10 --shakespeare-steps 10 --max-samples 100 \
         --max-test-samples 100 --seeds 1 --budget 1200 \
-        --out benchmarks/results/srfca_table4_shakespeare.md
+        --out runs/srfca_table4_shakespeare.md
     python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets shakespeare \
         --rounds 6 --clients 10 --shakespeare-steps 40 --max-samples 100 \
         --max-test-samples 100 --seeds 1 --budget 2700 \
-        --out benchmarks/results/srfca_table4_shakespeare_40steps.md   # 4x the local steps
+        --out runs/srfca_table4_shakespeare_40steps.md   # 4x the local steps
     # seed 1 (the same commands with --first-seed 1):
     python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets femnist \
         --rounds 100 --clients 10 --shakespeare-steps 10 --max-samples 100 --seeds 1 \
         --first-seed 1 --methods SR-FCA Local Global IFCA CFL ONE_SHOT-IFCA --per-chunk 5 \
-        --budget 5700 --out benchmarks/results/srfca_table4_femnist_seed1.md
+        --budget 5700 --out runs/srfca_table4_femnist_seed1.md
     python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets femnist \
         --rounds 100 --clients 10 --shakespeare-steps 10 --max-samples 100 --seeds 1 \
         --first-seed 1 --methods FedSoft --per-chunk 5 --budget 3000 \
-        --out benchmarks/results/srfca_table4_femnist_fedsoft_seed1.md
+        --out runs/srfca_table4_femnist_fedsoft_seed1.md
     python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets shakespeare \
         --rounds 6 --clients 10 --shakespeare-steps 10 --max-samples 100 \
         --max-test-samples 100 --seeds 1 --first-seed 1 --budget 1200 \
-        --out benchmarks/results/srfca_table4_shakespeare_seed1.md
+        --out runs/srfca_table4_shakespeare_seed1.md
     # seeds 2 and 3: the three seed-1 commands with --first-seed 2 (3) and _seed2 (_seed3)
     # for _seed1 in --out; seed 4: the three seed-1 commands with --first-seed 4 and _seed4,
     # FedSoft's with --budget 3600 (this host ran it in 53 min); the budget cut the six-method
@@ -38,24 +38,24 @@ FedSoft, ONE_SHOT-IFCA, test accuracy beside the paper's.
     python benchmarks/srfca_table4.py --data-dir ../shared/data --datasets femnist \
         --rounds 100 --clients 10 --shakespeare-steps 10 --max-samples 100 --seeds 1 \
         --first-seed 4 --methods ONE_SHOT-IFCA --per-chunk 5 --budget 3000 \
-        --out benchmarks/results/srfca_table4_femnist_oneshot_ifca_seed4.md
-    python benchmarks/srfca_table4.py --combine benchmarks/results/srfca_table4_femnist.json \
-        benchmarks/results/srfca_table4_femnist_fedsoft.json \
-        benchmarks/results/srfca_table4_shakespeare.json \
-        benchmarks/results/srfca_table4_femnist_seed1.json \
-        benchmarks/results/srfca_table4_femnist_fedsoft_seed1.json \
-        benchmarks/results/srfca_table4_shakespeare_seed1.json \
-        benchmarks/results/srfca_table4_femnist_seed2.json \
-        benchmarks/results/srfca_table4_femnist_fedsoft_seed2.json \
-        benchmarks/results/srfca_table4_shakespeare_seed2.json \
-        benchmarks/results/srfca_table4_femnist_seed3.json \
-        benchmarks/results/srfca_table4_femnist_fedsoft_seed3.json \
-        benchmarks/results/srfca_table4_shakespeare_seed3.json \
-        benchmarks/results/srfca_table4_femnist_seed4.json \
-        benchmarks/results/srfca_table4_femnist_fedsoft_seed4.json \
-        benchmarks/results/srfca_table4_femnist_oneshot_ifca_seed4.json \
-        benchmarks/results/srfca_table4_shakespeare_seed4.json \
-        --out benchmarks/results/srfca_table4.md
+        --out runs/srfca_table4_femnist_oneshot_ifca_seed4.md
+    python benchmarks/srfca_table4.py --combine runs/srfca_table4_femnist.json \
+        runs/srfca_table4_femnist_fedsoft.json \
+        runs/srfca_table4_shakespeare.json \
+        runs/srfca_table4_femnist_seed1.json \
+        runs/srfca_table4_femnist_fedsoft_seed1.json \
+        runs/srfca_table4_shakespeare_seed1.json \
+        runs/srfca_table4_femnist_seed2.json \
+        runs/srfca_table4_femnist_fedsoft_seed2.json \
+        runs/srfca_table4_shakespeare_seed2.json \
+        runs/srfca_table4_femnist_seed3.json \
+        runs/srfca_table4_femnist_fedsoft_seed3.json \
+        runs/srfca_table4_shakespeare_seed3.json \
+        runs/srfca_table4_femnist_seed4.json \
+        runs/srfca_table4_femnist_fedsoft_seed4.json \
+        runs/srfca_table4_femnist_oneshot_ifca_seed4.json \
+        runs/srfca_table4_shakespeare_seed4.json \
+        --out benchmarks/results/srfca/table4.md
     python benchmarks/srfca_table4.py --full --data-dir .data --out FILE.md   # accelerator
     python benchmarks/srfca_table4.py --dry-run --data-dir DIR --out FILE.md  # toy, seconds
 
@@ -418,7 +418,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data-dir", default="../shared/data",
                     help="folder holding femnist-leaf/ and shakespeare-leaf/")
-    ap.add_argument("--out", type=output_file, default="benchmarks/results/srfca_table4.md")
+    ap.add_argument("--out", type=output_file, default="benchmarks/results/srfca/table4.md")
     ap.add_argument("--full", action="store_true", help="the authors' schedule, 5 seeds")
     ap.add_argument("--dry-run", action="store_true", help="toy size on the CPU (seconds)")
     ap.add_argument("--rounds", type=int, default=None,

@@ -11,7 +11,7 @@ averaging with the true clusters). Writes a markdown table of mean +- std test a
 and loss over seeds beside the paper's numbers. Seeds are a vmap axis of one compiled program per method.
 
     python benchmarks/threshold_table1.py --data-dir ../shared/data/mnist \
-        [--seeds 3] [--rounds 300] [--out benchmarks/results/threshold_table1.md]
+        [--seeds 3] [--rounds 300] [--out benchmarks/results/threshold/table1_script.md]
     python benchmarks/threshold_table1.py --combine RESULT.md [RESULT.md ...] [--out FILE]
     python benchmarks/threshold_table1.py --seeds 1 --rounds 200 --hidden 0 --jsonl R.jsonl
     python benchmarks/threshold_table1.py --combine R.jsonl [--notes-file NOTES.md] --out FILE.md
@@ -46,7 +46,7 @@ process on the quiet CPU (``threshold_tc_methods.py``), gram 4.0-4.5 s against p
 4.9-5.6 s. With "points" one client at a time
 (``--fc-chunk 1``, the default) is fastest (shared cores: 20 s at chunk 1, 37 s at chunk 5,
 58 s at chunk 20); with "gram" chunks 1, 4 and 20 timed alike. The full setting is about
-2.3 hours of FC on that CPU. benchmarks/results/threshold_table1.md is the reduced setting
+2.3 hours of FC on that CPU. benchmarks/results/threshold/table1_script.md is the reduced setting
 ``--hidden 0 --rounds 200 --seeds 1`` (softmax regression), run with ``--jsonl`` and written
 by ``--combine`` with benchmarks/notes/threshold_table1.md.
 """

@@ -143,7 +143,7 @@ def main():
     ap.add_argument("--ps", default=",".join(map(str, PS)))
     ap.add_argument("--seed", type=int, default=0, help="RotNet pretraining seed")
     ap.add_argument("--out", type=output_file, default=str(Path(__file__).parent / "results"
-                                         / "uifca_table43_representations.md"))
+                                         / "uifca" / "table43_representations.md"))
     a = ap.parse_args()
     if not 1 <= a.select_after <= a.rounds:
         raise ValueError(f"--select-after must be in [1, --rounds = {a.rounds}], "

@@ -173,7 +173,7 @@ def main():
     ap.add_argument("--kfed-metrics", action="store_true",
                     help="only score k-FED's assignments five ways (over --seeds), then exit")
     ap.add_argument("--out", type=output_file,
-                    default=str(Path(__file__).parent / "results" / "uifca_table41.md"))
+                    default=str(Path(__file__).parent / "results" / "uifca/table41.md"))
     a = ap.parse_args()
     a.select_after = a.select_after or None
     datasets = a.datasets.split(",")

@@ -151,7 +151,7 @@ def main():
     ap.add_argument("--seeds", type=int, default=1, help="training seeds 0..S-1 per setting")
     ap.add_argument("--settings", default="Default,RB,CM,RB+CM")
     ap.add_argument("--out", type=output_file,
-                    default=str(Path(__file__).parent / "results" / "uifca_table42.md"))
+                    default=str(Path(__file__).parent / "results" / "uifca/table42.md"))
     a = ap.parse_args()
     names = a.settings.split(",")
     unknown = [n for n in names if n not in SETTINGS]

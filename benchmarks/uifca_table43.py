@@ -87,7 +87,7 @@ def main():
     ap.add_argument("--restarts", type=int, default=1)
     ap.add_argument("--chunk", type=int, default=None)
     ap.add_argument("--out", type=output_file,
-                    default=str(Path(__file__).parent / "results" / "uifca_table43.md"))
+                    default=str(Path(__file__).parent / "results" / "uifca/table43.md"))
     a = ap.parse_args()
     xtr, ytr, _, _ = load_mnist_uint8(a.data_dir)
     rows, t0 = [], time.time()

@@ -135,7 +135,7 @@ def test_figure3_points_count_as_done_only_at_the_paper_sizes(tmp_path, monkeypa
     monkeypatch.setattr(device_results, "FIGURE3_CPU", cpu)
     line = device_results.figure3_line([dict(full, m=70, run="run-a")])
     assert line.startswith("- IFCA Figure 3 points done at the paper's sizes: 1 on a device, "
-                           "2 on the CPU (`results/ifca_figure3.jsonl`), of panels (a)-(d)'s 76 "
+                           "2 on the CPU (`results/ifca/figure3.jsonl`), of panels (a)-(d)'s 76 "
                            "(20, 20, 21, 15)")
 
 
