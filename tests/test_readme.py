@@ -51,12 +51,13 @@ RUN = {
 # Commands (or command patterns) that do not run here, and why.
 NOT_RUN = {
     "pip install -e .": "installs the package this suite runs in",
-    'pip install -e ".[cuda12]"': "needs an NVIDIA GPU",
-    'pip install -e ".[tpu]"': "needs a TPU",
+    'pip install -e ".[cuda12]"': "needs an NVIDIA GPU; test_accelerator_extras checks the extra",
+    'pip install -e ".[tpu]"': "needs a TPU; test_accelerator_extras checks the extra",
     "python -c \"import sys; from fedclust_jax.core.sharding import initialize_processes;":
         "needs several hosts; tests/core/test_multiprocess.py runs two processes",
     "fedclust-jax list NAME": "a pattern: `list ifca` runs",
-    "fedclust-jax reproduce <table>": "a pattern: the reproduction tests run every table --quick",
+    "python -m fedclust_jax.reproduce <paper>-<name>":
+        "a pattern: tests/test_reproduce.py runs every table --quick; test_reproduce_list",
 }
 
 
@@ -74,7 +75,8 @@ def readme_commands() -> list[str]:
             if line:
                 commands.append(" ".join(line.split()))
     prose = re.sub(r"```.*?```", "", README, flags=re.S)
-    commands += [" ".join(c.split()) for c in re.findall(r"`(fedclust-jax [^`]+)`", prose)]
+    inline = r"`((?:fedclust-jax|python -m fedclust_jax\.\w+) [^`]+)`"
+    commands += [" ".join(c.split()) for c in re.findall(inline, prose)]
     return commands
 
 
@@ -299,3 +301,25 @@ def test_preset_mixture(tmp_path):
 def test_preset_rotated_digits(tmp_path):
     check_preset(tmp_path, "compare --preset rotated-digits")
 
+
+def test_reproduce_list():
+    """The reproduction command the README names lists the tables of benchmarks/<paper>/."""
+    assert "`--list` names the tables" in " ".join(README.split())
+    proc = subprocess.run([sys.executable, "-m", "fedclust_jax.reproduce", "--list"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    tables = proc.stdout.split()
+    assert tables and all(re.fullmatch(r"[a-z0-9]+-[a-z0-9-]+", t) for t in tables), tables
+    for table in tables:
+        paper, name = table.split("-", 1)
+        assert (ROOT / "benchmarks" / paper / f"{name}.toml").exists(), table
+
+
+def test_accelerator_extras():
+    """The install section's accelerator extras exist and pull JAX's own extras."""
+    import tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    for extra in re.findall(r'"\.\[(cuda\d+|tpu)\]"', README):
+        assert any(re.match(rf"jax\[{extra}\]", d) for d in extras.get(extra, [])), (
+            f"pyproject.toml has no [{extra}] extra pulling jax[{extra}]")
