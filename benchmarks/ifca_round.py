@@ -18,18 +18,37 @@ state; ``models.base.with_dtype``, ``FederatedData.astype``).
 
 Prints seconds per round (median of --repeats timed rounds after one compile round) and the
 achieved GFLOP/s, counting 2 * (784*200 + 200*10) FLOPs per example per forward pass, K
-forwards for the loss matrix and 3 forward-equivalents per local step (forward + backward).
+forwards for the loss matrix, and per local step a forward pass, the weight gradients of both
+layers (one forward's worth) and the input gradient of the second layer only (the first
+layer's input gradient is never formed): XLA's own count of the compiled round
+(``benchmarks/roofline.py``) agrees with this to within elementwise work.
 
     python benchmarks/ifca_round.py --sizes 2400:100 4800:50 --chunks default auto none 1 50 200 --evaluate \
         [--out FILE.md]
+
+--peer DIR: side by side with the IFCA authors' PyTorch code instead (DIR holds their
+``mnist/train_cluster_mnist.py``, ``util.py``, ``config.json``, MNIST under
+``data/MNIST/raw`` and a ``torchvision`` stand-in, as ``shared/peers/ifca_mnist_round``'s
+README sets up; their code is never part of this project). On rotated MNIST
+(``ifca-rotated-mnist``, K = 4, m x n of the first --sizes entry): our default round is
+compiled, then ours and theirs are timed in turn, --repeats times each (ours: one
+compiled round; theirs: one run of ``--peer-python train_cluster_mnist.py`` with one epoch,
+whose train + re-cluster seconds of epoch 0 are the round, as their log prints them), with
+the load before each; medians and their ratio at the end.
+
+    python benchmarks/ifca_round.py --peer /tmp/peers/ifca_mnist --peer-python \
+        /tmp/peer-venv/bin/python --sizes 2400:100 --repeats 4 --out FILE.md
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import re
 import statistics
+import subprocess
 import time
 
 import jax
@@ -49,7 +68,8 @@ SIZES = (784, 200, 10)
 
 def round_flops(n_clients: int, n: int, k: int, tau: int) -> float:
     forward = 2 * sum(a * b for a, b in zip(SIZES[:-1], SIZES[1:])) * n
-    return n_clients * (k * forward + tau * 3 * forward)
+    input_grads = 2 * sum(a * b for a, b in zip(SIZES[1:-1], SIZES[2:])) * n
+    return n_clients * (k * forward + tau * (2 * forward + input_grads))
 
 
 def make_data(n_clients: int, n: int) -> FederatedData:
@@ -135,9 +155,15 @@ def main():
                         "under the default layout")
     p.add_argument("--out", type=output_file,
                    default=None, help="also write the table to this file")
+    p.add_argument("--peer", default=None, metavar="DIR",
+                   help="folder of the IFCA authors' MNIST code: time it against ours, interleaved")
+    p.add_argument("--peer-python", default="python", help="the Python (with torch) for --peer")
     args = p.parse_args()
+    if args.peer and not os.path.isfile(os.path.join(args.peer, "train_cluster_mnist.py")):
+        p.error(f"--peer {args.peer} holds no train_cluster_mnist.py; set the folder up as "
+                "shared/peers/ifca_mnist_round/README.md says")
     with printed_to(args.out, __file__):
-        measure(args)
+        (side_by_side if args.peer else measure)(args)
 
 
 def measure(args):
@@ -182,6 +208,54 @@ def measure(args):
             best = min(manual, key=manual.get)
             print(f"| {m} | {n} | fastest manual: {best} | {manual[best]:.2f} | | |", flush=True)
     print(f"# load at end {os.getloadavg()}")
+
+
+def peer_round(args, m: int, n: int) -> float:
+    """Train + re-cluster seconds of epoch 0 of one run of the authors' code (1 epoch)."""
+    override = json.dumps({"num_epochs": 1, "m": m, "n": n, "m_test": 4 * 10000 // n})
+    out = subprocess.run([args.peer_python, "-u", "train_cluster_mnist.py", "--project-dir",
+                          "/tmp/ifca_round_peer_out", "--config-override", override],
+                         cwd=args.peer, capture_output=True, text=True)
+    hit = re.search(r"Epoch 0 tr:.*?([\d.]+)sec\(train\) ([\d.]+)sec\(infer\)", out.stdout)
+    if not hit:
+        raise SystemExit(f"the authors' code printed no epoch-0 timing: {out.stderr[-800:]}")
+    return float(hit.group(1)) + float(hit.group(2))
+
+
+def side_by_side(args):
+    from fedclust_jax.algorithms.registry import build_algorithm
+    from fedclust_jax.data.registry import build_dataset
+    from fedclust_jax.models.registry import build_model
+    m, n = (tuple(int(v) for v in args.sizes[0].split(":")) if args.sizes
+            else (args.clients[0], args.n))
+    data = build_dataset("ifca-rotated-mnist", jax.random.key(0), num_clusters=4,
+                         num_clients=m, n=n)
+    alg = build_algorithm("ifca", build_model("mlp", data, hidden=200),
+                          dict(num_clusters=4, option="model", lr=0.1, steps=args.tau), data)
+    state = alg.init(jax.random.key(1), data)
+    step = jax.jit(alg.round)
+    print(f"# jax {jax.__version__}, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores; IFCA MNIST round, m = {m}, n = {n}, K = 4, tau = "
+          f"{args.tau}, rotated MNIST; ours: default layout "
+          f"(chunk {resolve_chunk(alg.cfg.chunk, m)}), theirs: {args.peer}")
+    state, _ = step(state, jax.random.key(2), data)   # compile
+    jax.block_until_ready(state)
+    print("| pass | who | s / round | load before (1, 5, 15 min) |\n|---:|---|---:|---|")
+    ours, theirs = [], []
+    for r in range(args.repeats):
+        load = os.getloadavg()
+        t0 = time.perf_counter()
+        state, _ = step(state, jax.random.key(3 + r), data)
+        jax.block_until_ready(state)
+        ours.append(time.perf_counter() - t0)
+        print(f"| {r + 1} | fedclust_jax | {ours[-1]:.2f} | {load} |", flush=True)
+        load = os.getloadavg()
+        theirs.append(peer_round(args, m, n))
+        print(f"| {r + 1} | authors (train + re-cluster) | {theirs[-1]:.2f} | {load} |",
+              flush=True)
+    a, b = statistics.median(ours), statistics.median(theirs)
+    print(f"\nMedians of {args.repeats}: fedclust_jax {a:.2f} s, authors {b:.2f} s; "
+          f"authors / fedclust_jax = {b / a:.2f}")
 
 
 if __name__ == "__main__":
