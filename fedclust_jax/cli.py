@@ -496,11 +496,24 @@ def interrupt_signals():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
+def _checkpoint_round(path: str) -> int | None:
+    """The round the checkpoint at ``path`` holds; None when there is no readable one."""
+    from fedclust_jax.checkpoint import read_meta
+    try:
+        return read_meta(path)["rounds_done"] if os.path.exists(path) else None
+    except ValueError:
+        return None
+
+
 def interrupt_line(exc: KeyboardInterrupt, state: RunState) -> str:
     """The one line printed on Ctrl-C or SIGTERM: ``RunInterrupted.line()`` when the
     runner says where it stopped, else what the command knows (the checkpoint's round)."""
     from fedclust_jax.progress import RunInterrupted
     if isinstance(exc, RunInterrupted):
+        if exc.checkpoint is not None:   # the file is the truth: an interrupt during the
+            held = _checkpoint_round(exc.checkpoint)   # save may land after its rename
+            if held is not None:   # and rounds saved were completed
+                exc.checkpoint_round, exc.round = held, max(exc.round, held)
         return exc.line()
     if state.command == "sweep":
         return ("fedclust-jax: sweep interrupted; a sweep keeps no checkpoint, so nothing was "
@@ -512,13 +525,7 @@ def interrupt_line(exc: KeyboardInterrupt, state: RunState) -> str:
     if path is None:
         return (f"{state.label}: interrupted; no checkpoint was asked for (add --checkpoint "
                 f"FILE to make a run resumable)")
-    held = None
-    if os.path.exists(path):
-        from fedclust_jax.checkpoint import read_meta
-        try:
-            held = read_meta(path)["rounds_done"]
-        except ValueError:
-            held = None
+    held = _checkpoint_round(path)
     if held is None:
         return (f"{state.label}: interrupted; {path} holds no round yet; rerun the same "
                 f"command to start again")

@@ -109,7 +109,8 @@ def test_an_interrupt_before_the_first_round_is_one_line(monkeypatch, capsys):
     (None, None, "no checkpoint was asked for"),
 ])
 def test_the_runners_interrupt_is_printed_as_its_line(monkeypatch, capsys, checkpoint, held,
-                                                      words):
+                                                      words, tmp_path):
+    monkeypatch.chdir(tmp_path)
     def interrupted(study, **kwargs):
         raise RunInterrupted("ifca", 57, 300, checkpoint, held)
     monkeypatch.setattr(experiment, "run_study", interrupted)
@@ -148,3 +149,21 @@ def test_an_interrupt_swallowed_by_a_gc_callback_stops_at_the_next_report(monkey
     assert "Exception ignored" not in err and "Traceback" not in err
     assert re.fullmatch(r"ifca: interrupted(?: at round \d of 3)?; no checkpoint was asked for "
                         r"\(add --checkpoint FILE to make a run resumable\)", err.strip()), err
+
+
+def test_the_checkpoint_file_says_which_round_it_holds(monkeypatch, capsys, tmp_path):
+    """An interrupt inside the save, after the file was renamed into place: the runner
+    still says the previous round; the line gives the file's round (and at least as many
+    rounds completed)."""
+    from fedclust_jax import checkpoint
+    import jax.numpy as jnp
+    monkeypatch.chdir(tmp_path)
+    checkpoint.save("ck.npz", {"w": jnp.zeros(2)}, {}, 1000, {})
+
+    def interrupted(study, **kwargs):
+        raise RunInterrupted("ifca", 980, 5000, "ck.npz", 980)
+    monkeypatch.setattr(experiment, "run_study", interrupted)
+    assert main(["run", "--algorithm", "ifca"] + TINY) == 130
+    assert capsys.readouterr().err.strip() == (
+        "ifca: interrupted at round 1000 of 5000; ck.npz holds round 1000; rerun the same "
+        "command to resume")
