@@ -210,7 +210,8 @@ def add_common(p: argparse.ArgumentParser):
                    "(losses, aggregates and optimizer state stay float32)")
     g.add_argument("--devices", type=CliText, help="split the clients over this many devices (default one)")
     g = p.add_argument_group("output")
-    g.add_argument("--output", help="write results (config, metrics, history) to this JSON file")
+    g.add_argument("--output", help="write results (config, metrics, history) to this JSON file: "
+                                    "run writes one result object, compare a list of them")
     g.add_argument("--no-progress", action="store_true", help="no progress reports (they go to stderr at "
                                                                "least every 10 s, or every round)")
 

@@ -2,8 +2,8 @@
 
 Reads two kinds of file, told apart by their shape:
 
-- **run**: the JSON of `fedclust-jax run/compare --output` (``results.save_results``), a list
-  with one entry per algorithm holding "algorithm", "config" (its "seed"), "metrics",
+- **run**: the JSON of `fedclust-jax run/compare --output` (``results.save_results``): one
+  result (run) or a list with one per algorithm (compare), each holding "algorithm", "config" (its "seed"), "metrics",
   "history" ({"train_loss": [one per round]}) and, where recorded, "curves" ({"round": [...],
   "test_acc": [...], "test_loss", "misclustering", "ari", "num_clusters", "cluster_sizes"}).
 - **sweep**: the rows of `fedclust-jax sweep --output rows.json|rows.csv`, one flat dict per
