@@ -6,9 +6,10 @@ inside FC's MNIST round, side by side in one process.
 
 TC alone: K = 1 from the first point, l = 10, radius = 20th percentile, over 30 random
 [S = 19, P = 159,010] point sets (FC's subgroup of the MNIST MLP 784-200-10), one set at a
-time (``lax.map``); milliseconds a set, median over repetitions. FC round: the Table 1
-setting of ``threshold_table1.py`` (300 clients, 16 random groups, chunk 1), one seed,
-seconds per compiled round, every repetition printed.
+time (``lax.map``); milliseconds a set, median over repetitions. FC round: threshold
+Table 1's MNIST setting with the MLP 784-200-10 (300 clients, one SGD step at lr 0.1 on 50
+examples, 16 random groups, l = 10, one client at a time), one seed, seconds per compiled
+round, every repetition printed.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ import time
 import jax
 import jax.numpy as jnp
 
+from fedclust_jax.algorithms.fc import FCConfig, FederatedClustering
 from fedclust_jax.core.threshold_clustering import TC_METHODS, threshold_clustering
+from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.data.recipes import personalized_mnist
+from fedclust_jax.models.mlp import mlp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import threshold_table1  # noqa: E402
 from _common import output_file, printed_to  # noqa: E402
 
 
@@ -63,13 +66,14 @@ def measure(args):
     print("TC alone, ms a point set (median): " + ", ".join(
         f"{m} {statistics.median(v):.2f}" for m, v in per.items()), flush=True)
 
-    data = threshold_table1.stack([personalized_mnist(jax.random.key(0), task="rotation",
-                                                      data_dir=args.data_dir)])
+    data = jax.tree.map(lambda a: a[None], personalized_mnist(
+        jax.random.key(0), task="rotation", data_dir=args.data_dir))
     keys = jax.vmap(jax.random.key)(jnp.asarray([0]))
     rounds = {}
     for m in TC_METHODS:
-        ns = threshold_table1.make_parser().parse_args(["--tc-method", m])   # its defaults
-        alg = threshold_table1.build("FC", ns, "rotation")
+        alg = FederatedClustering(mlp((784, 200, 10)), FCConfig(
+            local=LocalTraining(steps=1, lr=0.1, batch_size=50), tc_iters=10,
+            radius_quantile=0.2, num_groups=16, same_init=True, chunk=1, tc_method=m))
         state = jax.jit(jax.vmap(lambda k, d: alg.init(jax.random.fold_in(k, 0), d)))(keys, data)
         rnd = jax.jit(jax.vmap(lambda s, k, d: alg.round(s, k, d)[0]))
         seconds(rnd, state, keys, data)

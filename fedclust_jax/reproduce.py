@@ -311,11 +311,14 @@ def verdict(spec: dict, cell: dict, quick: bool) -> str:
 
 
 def run_size(rows: list[dict]) -> dict:
-    """Ours, as ranges over the rows: clients (data.num_clients or data.m), rounds, seeds."""
+    """Ours, as ranges over the rows: clients (data.num_clients, data.m or data.num_clusters x
+    data.clients_per_cluster), rounds, seeds."""
     def span(vals):
         vals = sorted({v for v in vals if v is not None})
         return None if not vals else vals[0] if len(vals) == 1 else f"{vals[0]}-{vals[-1]}"
-    clients = [r.get("data.num_clients", r.get("data.m")) for r in rows]
+    clients = [r.get("data.num_clients") or r.get("data.m")
+               or (r.get("data.num_clusters") or 0) * (r.get("data.clients_per_cluster") or 0) or None
+               for r in rows]
     return {"clients": span(clients), "rounds": span(r.get("rounds") for r in rows),
             "seeds": len({r.get("seed") for r in rows})}
 
@@ -361,7 +364,7 @@ def render(spec: dict, record: dict) -> str:
             line += [_fmt(c["mean"], c["spread"], digits) + mark,
                      _fmt(c["paper"], c["paper_spread"], digits)]
         lines.append("| " + " | ".join(line) + " |")
-    size, paper_size, env = record["size"], table.get("size", {}), record["environment"]
+    size, paper_size, env = run_size(rows), table.get("size", {}), record["environment"]
     lines += ["", "| run size | ours | paper |", "|---|---|---|"]
     lines += [f"| {k} | {size.get(k)} | {paper_size.get(k, '-')} |" for k in ("clients", "rounds", "seeds")]
     lines += ["", f"Hardware: {env['backend']} ({env['device']} x {env['device_count']}), "
@@ -448,7 +451,7 @@ def main(args) -> int:
         return 2
     record = {"command": command_line(args), "table": spec["id"], "quick": args.quick,
               "commit": commit(), "environment": environment(),
-              "wall_s": time.perf_counter() - t0, "size": run_size(rows)}
+              "wall_s": time.perf_counter() - t0}
     record["verdict"] = verdict(spec, cells(spec, rows), args.quick)
     record["rows"] = rows
     raw.write_text(json.dumps(record, indent=1, default=_jsonable) + "\n")
