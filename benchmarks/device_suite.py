@@ -12,13 +12,13 @@ Parts, in order, each a subprocess with what is left of ``--budget`` (capped per
   <table id>   each GPU-sized study (``TABLES``) through ``python -m fedclust_jax.reproduce
                <id> --data-dir D --out <out>/<paper>`` (``--quick`` in a dry run); copy its
                ``<paper>/<name>.md`` and ``.json`` into ``benchmarks/results/<paper>/``
-  ifca_figure3 ``ifca_figure3.py`` at the paper's sizes, points done skipped
   ifca_table2, srfca_table4, ifca_table2_code   the table scripts not yet study files
                (``--full --budget``; ifca_table2_code: ``--protocol code``)
 
 Sessions are short, so the work spans runs: ``--done`` (default ``benchmarks/results`` on a
 full-size run) skips a table whose ``<paper>/<name>.json`` there is a full run, a part an
-earlier ``summary.json`` there records "ok", and the Figure 3 points of its JSONL files.
+earlier ``summary.json`` there records "ok" (a table cut by the time starts again: the
+runner keeps no per-point checkpoint of a sweep).
 Every part writes ``<out>/<part>.txt`` (its command and output); ``summary.md`` / ``.json``
 list each part's status, reason and seconds. ``--archive FILE`` packs ``--out`` after every
 part. The data travel in the checkout (``.data/``, git-ignored; ``--prepare-data`` copies
@@ -41,18 +41,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import output_file  # noqa: E402
-TABLES = ("ifca-table1", "srfca-table5", "threshold-table1")
+TABLES = ("ifca-table1", "srfca-table5", "threshold-table1", "ifca-figure3c", "ifca-figure3d",
+          "ifca-figure3a", "ifca-figure3b", "uifca-table41")
 SCRIPT_TABLES = {"ifca_table2": ("ifca_table2.py", ("femnist-leaf",), ()),
                  "srfca_table4": ("srfca_table4.py", ("femnist-leaf", "shakespeare-leaf"), ()),
                  "ifca_table2_code": ("ifca_table2.py", ("femnist-leaf",), ("--protocol", "code"))}
 DRY_METHODS = {"ifca_table2": ["IFCA k=2", "local"], "srfca_table4": ["SR-FCA", "Local"],
                "ifca_table2_code": ["IFCA k=2", "local"]}
-PARTS = ("tests", "sweep", "scale", "robust", *TABLES, "ifca_figure3", *SCRIPT_TABLES)
+PARTS = ("tests", "sweep", "scale", "robust", *TABLES, *SCRIPT_TABLES)
 CAPS = {"tests": 100, "sweep": 120, "scale": 180, "robust": 45}   # seconds; tables: the rest
 TESTS = ["tests/core/test_precision.py", "tests/algorithms/test_ifca.py",
          "tests/algorithms/test_srfca.py", "tests/core/test_robust.py", "tests/core/test_streaming.py"]
 DRY_TESTS = ["tests/core/test_robust.py::test_validation"]
-FIGURE3_PANELS = ("b", "c", "d", "a")
 SWEEP_LRS = [round(0.01 * 1.25 ** i, 4) for i in range(16)]   # 16 step sizes x 4 seeds
 DATA_PARTS = ("mnist", "femnist-leaf", "shakespeare-leaf/train", "shakespeare-leaf/test")
 CARRY_LIMIT = 64 * 2 ** 20
@@ -86,7 +86,7 @@ class Done:
     """What earlier runs (``--done`` folders) finished."""
 
     def __init__(self, folders: list[Path]):
-        self.tables, self.parts, self.figure3 = set(), set(), []
+        self.tables, self.parts = set(), set()
         for folder in folders:
             for f in folder.glob("*/*.json"):
                 try:
@@ -98,17 +98,6 @@ class Done:
             for f in folder.rglob("summary.json"):
                 self.parts |= {p["part"] for p in json.loads(f.read_text()).get("parts", [])
                                if p.get("status") == "ok"}
-            for f in folder.rglob("*figure3*.jsonl"):
-                self.figure3 += [json.loads(l) for l in f.read_text().splitlines() if l.strip().startswith("{")]
-
-
-def figure3_points_done(records: list[dict]) -> set:
-    """(panel, m, n, R, sigma) of the points run at the paper's sizes (50 trials, 10 inits,
-    300 rounds, the panel's whole step-size sweep)."""
-    import ifca_figure3 as f3
-    return {(r["panel"], r["m"], r["n"], r["R"], r["sigma"]) for r in records
-            if r.get("trials", 0) >= 50 and r.get("inits", 0) >= 10 and r.get("rounds", 0) >= 300
-            and sorted(r.get("gammas", [])) == sorted(f3.GAMMAS[r["k"]])}
 
 
 def part_command(part: str, a, out: Path, done: Done, budget: float):
@@ -134,20 +123,8 @@ def part_command(part: str, a, out: Path, done: Done, budget: float):
         if part in done.tables:
             return f"{part}: a full run is in --done"
         return [py, "-m", "fedclust_jax.reproduce", part, "--data-dir", data, "--out",
-                str(out / part.split("-")[0]), "--no-progress", *(["--quick"] if dry else [])], {}
-    if part == "ifca_figure3":
-        import ifca_figure3 as f3
-        finished = figure3_points_done(done.figure3)
-        for panel in FIGURE3_PANELS:
-            left = [i for i, p in enumerate(f3.PANELS[panel]["points"])
-                    if (panel, p["m"], p["n"], p["R"], p["sigma"]) not in finished]
-            if left:
-                size = (["--trials", "2", "--inits", "2", "--rounds", "2", "--record", "1",
-                         "--trial-batch", "2", "--points", str(left[0])] if dry else
-                        ["--trials", "50", "--trial-batch", "10", "--points", *map(str, left)])
-                return [py, "benchmarks/ifca_figure3.py", "--panel", panel, *size, "--out",
-                        str(out / "ifca_figure3.jsonl")], dict(JAX_DEFAULT_MATMUL_PRECISION="highest")
-        return "every point done (--done)"
+                str(out / part.split("-")[0]), "--no-progress", *(["--quick"] if dry else [])], \
+            dict(JAX_DEFAULT_MATMUL_PRECISION="highest")    # Figure 3's threshold needs float32
     script, needs, extra = SCRIPT_TABLES[part]
     missing = [d for d in needs if not (Path(data) / d).is_dir()]
     if missing:

@@ -34,14 +34,14 @@ def suite(tmp_path, *args, timeout=300):
 def test_dry_run_writes_each_part_its_table_and_a_parsable_summary(tmp_path):
     tiny_mnist(tmp_path / "data")
     tiny_leaf(tmp_path / "data")
-    res = suite(tmp_path, "--parts", "sweep", "ifca-table1", "ifca_figure3", "ifca_table2",
+    res = suite(tmp_path, "--parts", "sweep", "ifca-table1", "ifca-figure3c", "ifca_table2",
                 "--archive", str(tmp_path / "suite.tar.gz"))
     assert res.returncode == 0, res.stdout + res.stderr
     out = tmp_path / "out"
     summary = json.loads((out / "summary.json").read_text())
     status = {r["part"]: r for r in summary["parts"]}
     assert list(status)[:2] == ["tests", "sweep"] and status["tests"]["status"] == "skipped"
-    for part in ("sweep", "ifca-table1", "ifca_figure3"):
+    for part in ("sweep", "ifca-table1", "ifca-figure3c"):
         assert status[part]["status"] == "ok", status[part]
     # the table went through the reproduce command at CI size
     record = json.loads((out / "ifca" / "table1.json").read_text())
@@ -49,8 +49,7 @@ def test_dry_run_writes_each_part_its_table_and_a_parsable_summary(tmp_path):
     assert (out / "ifca" / "table1.md").read_text().startswith(
         "`python -m fedclust_jax.reproduce ifca-table1 --quick")
     assert (out / "ifca-table1.txt").read_text().startswith(sys.executable + " -m fedclust_jax.reproduce")
-    point = json.loads((out / "ifca_figure3.jsonl").read_text().splitlines()[0])
-    assert point["panel"] == "b" and point["trials"] == 2
+    assert json.loads((out / "ifca" / "figure3c.json").read_text())["rows"]
     assert "sweep of 2 points / one run" in (out / "sweep_speed.md").read_text()
     t2 = status["ifca_table2"]
     assert t2["status"] == "ok" or (t2["status"] in ("partial", "skipped") and "time" in t2["reason"])
