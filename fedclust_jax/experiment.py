@@ -1,11 +1,11 @@
-"""Config -> data, model, algorithm -> round loop -> results.
+"""Config -> data, model, algorithm -> the round loop -> results: the host driver.
 
-The runner owns the loop: rounds run inside ``lax.scan`` chunks (one compiled program per
-chunk length), restarts are a ``vmap`` axis over independent initialisations, and progress is
-reported between chunks. Keys: data from ``fold_in(root, 0)``, restart r from
-``split(fold_in(root, 1), R)[r]``; its init from ``fold_in(restart_key, 0)`` and round t from
-``fold_in(fold_in(restart_key, 1), t)``; client i from ``fold_in(round_key, i)`` inside the
-algorithms, so results do not depend on chunk sizes.
+``fedclust_jax.loop`` holds the loop itself (keys, init, a chunk of rounds in ``lax.scan``,
+evaluation records, end of run); this module drives it from the host: builds the data and
+the algorithm, picks the client layout and checks memory, cuts the rounds into chunks
+(progress between them, a checkpoint after each), places state on a device mesh, and turns
+the end of run into metrics. Keys are ``loop``'s (``core.keys``), so results do not depend
+on chunk sizes, and a resumed run equals the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ import numpy as np
 
 from fedclust_jax import checkpoint as ckpt
 from fedclust_jax import config_check, registry_check
-from fedclust_jax import metrics
+from fedclust_jax import loop, metrics
+from fedclust_jax.loop import (curve_rounds, curves_from_records, eval_record, eval_spec,  # noqa: F401
+                               scan_rounds, split_history)
 from fedclust_jax.presets import default_model
-from fedclust_jax.progress import ChunkSchedule, Progress, chunk_length  # noqa: F401 (re-exported)
+from fedclust_jax.progress import ChunkSchedule, Progress, RunInterrupted, chunk_length  # noqa: F401 (re-exported)
 from fedclust_jax.results import format_table, save_results  # noqa: F401 (re-exported)
 from fedclust_jax.algorithms.registry import ALGORITHMS, build_algorithm, make_config
 from fedclust_jax.data.federated import check_dtype
@@ -88,187 +90,71 @@ class ExperimentConfig:
         return dataclasses.asdict(self)
 
 
-def eval_spec(alg, data) -> dict:
-    """What the per-round evaluation of ``alg`` on ``data`` records (host side, static):
-    kind "clients" (client metrics, and cluster sizes where ``alg.clusters_clients``) or
-    "points" (``evaluate`` returns point_assign); bound: the number of cluster ids (the K
-    of "cluster_params", else the number of clients; for points ``cfg.num_clusters``);
-    truth: the number of true clusters (0: unknown)."""
-    shapes = jax.eval_shape(alg.evaluate, jax.eval_shape(alg.init, jax.random.key(0), data), data)
-    if "point_assign" in shapes:
-        bound = getattr(getattr(alg, "cfg", None), "num_clusters", None)
-        truth = 0 if data.point_cluster is None else int(np.asarray(data.point_cluster).max()) + 1
-        return {"kind": "points", "bound": bound, "truth": truth, "task": data.task,
-                "objective": "objective" in shapes}
-    clusters = bool(getattr(alg, "clusters_clients", False)) and "assign" in shapes
-    bound = data.num_clients
-    if "cluster_params" in shapes and jax.tree.leaves(shapes["cluster_params"]):
-        bound = int(jax.tree.leaves(shapes["cluster_params"])[0].shape[0])
-    keys = [k for k in ("test_loss", "assigned_test_loss", "test_acc", "assigned_test_acc")
-            if k in shapes and (k.endswith("loss") or data.task == "classification")]
-    return {"kind": "clients", "bound": bound if clusters else None,
-            "truth": data.num_true_clusters if clusters else 0, "task": data.task, "keys": keys}
-
-
-def _client_mean(values, count):
-    """``metrics.client_mean`` in JAX: mean over clients with data and a finite value."""
-    keep = ~jnp.isnan(values) & (count > 0)
-    return jnp.sum(jnp.where(keep, values, 0.0)) / jnp.sum(keep)
-
-
-def _cluster_table(found, truth, bound: int, classes: int):
-    """int32[bound + 1, classes] counts of (found, truth) over entries with truth >= 0;
-    the last row counts the unassigned (found < 0)."""
-    rows = jax.nn.one_hot(jnp.where(found >= 0, found, bound).ravel(), bound + 1, dtype=jnp.int32)
-    cols = jax.nn.one_hot(truth.ravel(), classes, dtype=jnp.int32)   # -1 -> zeros
-    return rows.T @ cols
-
-
-def eval_record(alg, data, spec: dict, state) -> dict:
-    """One point of the curves, jit-able: client-mean test loss / accuracy (as
-    ``metrics.client_mean``), cluster sizes int32[bound] and their number, and where the
-    truth is known the [bound + 1, truth] contingency table (misclustering, ARI and purity
-    follow on the host, ``curves_from_records``)."""
-    ev = alg.evaluate(state, data)
-    out = {}
-    if spec["kind"] == "points":
-        found = ev["point_assign"]
-        if spec["objective"]:
-            out["objective"] = ev["objective"]
-        if spec["bound"] is not None:
-            out["cluster_sizes"] = jnp.sum(jax.nn.one_hot(found.ravel(), spec["bound"],
-                                                          dtype=jnp.int32), axis=0)
-        if spec["truth"]:
-            real = jnp.arange(found.shape[1])[None, :] < data.count[:, None]
-            truth = jnp.where(real, data.point_cluster, -1)
-            out["table"] = _cluster_table(found, truth, spec["bound"], spec["truth"])
-        return out
-    for k in spec["keys"]:
-        out[k] = _client_mean(ev[k], data.count_test)
-    if spec["bound"] is not None:
-        assign = ev["assign"]
-        out["cluster_sizes"] = jnp.sum(jax.nn.one_hot(assign, spec["bound"], dtype=jnp.int32), axis=0)
-        if spec["truth"]:
-            out["table"] = _cluster_table(assign, data.cluster, spec["bound"], spec["truth"])
-    return out
-
-
-def curve_rounds(rounds: int, eval_every: int | None, start: int = 0) -> list[int]:
-    """Rounds done at each curve point: E, 2E, ... <= rounds (after ``start``)."""
-    if not eval_every:
-        return []
-    return [t + 1 for t in range(start, rounds) if (t + 1) % eval_every == 0]
-
-
-def curves_from_records(records: dict, rounds: list[int], spec: dict) -> dict:
-    """{"round": [...], metric: [...]} from the recorded points (numpy [T, ...] each; T =
-    len(rounds)): the client means, num_clusters_found and cluster_sizes, and from the
-    contingency tables misclustering, ARI and (points) purity."""
-    out = {"round": list(rounds)}
-    for k, v in records.items():
-        if k in ("table", "cluster_sizes"):
-            continue
-        out[k] = [float(x) for x in np.asarray(v, np.float64)]
-    if "cluster_sizes" in records:
-        sizes = np.asarray(records["cluster_sizes"])
-        out["num_clusters_found"] = [int(n) for n in (sizes > 0).sum(axis=1)]
-        out["cluster_sizes"] = sizes.tolist()
-    if "table" in records:
-        tables = np.asarray(records["table"])
-        if spec["kind"] == "points":
-            out["purity"] = [metrics.purity_from_table(t) for t in tables]
-        out["misclustering"] = [metrics.misclustering_from_table(t) for t in tables]
-        out["ari"] = [metrics.ari_from_table(t) for t in tables]
-    return out
-
-
-def scan_rounds(alg, state, rkey, data, ts, *, eval_every: int | None = None,
-                spec: dict | None = None):
-    """``lax.scan`` of ``alg.round`` over round indices ``ts`` (round t's key
-    fold_in(rkey, t)); with ``eval_every`` the metrics also hold "eval.<name>" from
-    ``eval_record`` after rounds t with (t + 1) % E == 0 (zeros elsewhere; one
-    ``lax.cond`` on the unbatched round index, no host sync)."""
-    def body(s, t):
-        s, m = alg.round(s, jax.random.fold_in(rkey, t), data)
-        if eval_every:
-            record = lambda st: eval_record(alg, data, spec, st)
-            blank = lambda st: jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
-                                            jax.eval_shape(record, st))
-            rec = jax.lax.cond((t + 1) % eval_every == 0, record, blank, s)
-            m = {**m, **{f"eval.{k}": v for k, v in rec.items()}}
-        return s, m
-    return jax.lax.scan(body, state, ts)
-
-
-def split_history(history: dict, rounds: list[int], start: int = 0) -> tuple[dict, dict]:
-    """(history without "eval.*", the recorded points [..., T, ...] at ``rounds``) from
-    per-round arrays [..., rounds_run, ...] (axis -1 of the leading [R, t] layout)."""
-    hist = {k: v for k, v in history.items() if not k.startswith("eval.")}
-    idx = np.asarray(rounds, np.int64) - 1 - start
-    recs = {k[len("eval."):]: np.take(np.asarray(v), idx, axis=1)
-            for k, v in history.items() if k.startswith("eval.")}
-    return hist, recs
-
-
 def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
                rounds_per_chunk: int | None = None, progress: bool = True,
                checkpoint: str | None = None, config: dict | None = None, mesh=None,
-               eval_every: int | None = None):
-    """Runs ``rounds`` rounds of ``alg`` for ``restarts`` independent initialisations.
+               eval_every: int | None = None, label: str | None = None):
+    """Runs ``rounds`` rounds of ``alg`` for ``restarts`` independent initialisations from
+    the run key ``key`` (``loop.restart_keys``), in chunks of rounds (``loop.run_chunk``).
 
     checkpoint: a .npz path written after every chunk; if it exists the run resumes from it
     (``config`` must match the one it was written with).
     mesh: a ``clients`` mesh (``core.sharding``): per-client state leaves are split over it
     from init on, and every chunk returns them with the same shardings.
-    Keys: restart r's key k_r = split(key, R)[r] seeds its init through fold_in(k_r, 0) and
-    its rounds through fold_in(k_r, 1) (round t: fold_in(fold_in(k_r, 1), t)), so the init
-    and the round keys never share a parent. The round state is donated to each compiled
-    chunk of rounds (its buffers are reused for the next state).
-    eval_every: E adds "eval.<name>" entries to the history ([R, rounds, ...], recorded
-    after every E-th round, ``scan_rounds``; ``split_history`` takes them out).
+    The round state is donated to each compiled chunk of rounds (its buffers are reused for
+    the next state). eval_every: E adds "eval.<name>" entries to the history ([R, rounds,
+    ...], recorded after every E-th round; ``loop.split_history`` takes them out).
+    label: the name progress lines and an interruption give (default ``alg.name``).
+    An interrupt (Ctrl-C, SIGTERM turned into KeyboardInterrupt) raises
+    ``progress.RunInterrupted`` with the rounds done and the checkpoint's round.
     Returns (final states with leading axis R, per-round metrics dict of [R, rounds] arrays).
     """
+    label = label or alg.name
     spec = eval_spec(alg, data) if eval_every else None
-    restart_keys = jax.random.split(key, restarts)
-    init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(restart_keys)
-    round_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(restart_keys)
-    # -- sharding hook: per-client state split over the mesh (core/sharding.py) --
-    init = jax.vmap(alg.init, in_axes=(0, None))
+    init_keys, round_keys = loop.restart_keys(key, restarts)
     placed_init, placed = {}, {}  # jit keyword arguments: out_shardings where there is a mesh
     if mesh is not None:
         from fedclust_jax.core.sharding import replicated, state_shardings
-        shardings = state_shardings(jax.eval_shape(init, init_keys, data), mesh, data.num_clients)
+        shapes = jax.eval_shape(lambda k, d: loop.init_states(alg, k, d), init_keys, data)
+        shardings = state_shardings(shapes, mesh, data.num_clients)
         placed_init, placed = dict(out_shardings=shardings), dict(out_shardings=(shardings, replicated(mesh)))
-    states = jax.jit(init, **placed_init)(init_keys, data)
-    # -- end sharding hook --
-    schedule = ChunkSchedule(rounds, rounds_per_chunk)
-    done, history = 0, []
-    if checkpoint and os.path.exists(checkpoint):
-        states, saved, done = ckpt.load(checkpoint, states, config or {})
-        if done > rounds:
-            raise ValueError(f"checkpoint {checkpoint} is at round {done}, past the {rounds} asked for")
-        history = [saved] if saved else []
-        if mesh is not None:
-            states = jax.device_put(states, shardings)
+    done, history, saved_round = 0, [], None
+    try:
+        states = jax.jit(lambda k, d: loop.init_states(alg, k, d), **placed_init)(init_keys, data)
+        if checkpoint and os.path.exists(checkpoint):
+            states, saved, done = ckpt.load(checkpoint, states, config or {})
+            if done > rounds:
+                raise ValueError(f"checkpoint {checkpoint} is at round {done}, past the {rounds} asked for")
+            history, saved_round = ([saved] if saved else []), done
+            if mesh is not None:
+                states = jax.device_put(states, shardings)
+        chunk = jax.jit(lambda s, k, d, ts: loop.run_chunk(alg, s, k, d, ts, eval_every=eval_every,
+                                                           spec=spec),
+                        donate_argnums=(0,), **placed)
+        schedule = ChunkSchedule(rounds, rounds_per_chunk)
+        bar = Progress(label, rounds, progress, start=done)
+        start = done
+        while start < rounds:
+            stop = schedule.next_stop(start)
+            states, hist = chunk(states, round_keys, data, jnp.arange(start, stop))
+            done = stop
+            history.append(hist)
+            if checkpoint:
+                ckpt.save(checkpoint, states, _merge(history), stop, config or {})
+                saved_round = stop
+            loss = hist.get("train_loss")
+            bar.update(stop, "" if loss is None else f"train loss {float(loss[:, -1].min()):.4g}")
+            start = stop
+    except KeyboardInterrupt:
+        raise RunInterrupted(label, done, rounds, checkpoint, saved_round) from None
+    return states, _merge(history)
 
-    def one_restart(state, rkey, data, ts):
-        return scan_rounds(alg, state, rkey, data, ts, eval_every=eval_every, spec=spec)
 
-    chunk = jax.jit(jax.vmap(one_restart, in_axes=(0, 0, None, None)), donate_argnums=(0,),
-                    **placed)
-    bar = Progress(alg.name, rounds, progress, start=done)
-    merge = lambda hs: {k: np.concatenate([np.asarray(h[k]) for h in hs], axis=1) for k in hs[0]} if hs else {}
-    start = done
-    while start < rounds:
-        stop = schedule.next_stop(start)
-        states, hist = chunk(states, round_keys, data, jnp.arange(start, stop))
-        history.append(hist)
-        if checkpoint:
-            ckpt.save(checkpoint, states, merge(history), stop, config or {})
-        loss = hist.get("train_loss")
-        bar.update(stop, "" if loss is None else f"train loss {float(loss[:, -1].min()):.4g}")
-        start = stop
-    return states, merge(history)
+def _merge(histories: list[dict]) -> dict:
+    """Per-round histories of successive chunks joined along the round axis (axis 1)."""
+    if not histories:
+        return {}
+    return {k: np.concatenate([np.asarray(h[k]) for h in histories], axis=1) for k in histories[0]}
 
 
 def summarize(alg, evaluation: dict, data) -> dict:
@@ -281,7 +167,7 @@ def summarize(alg, evaluation: dict, data) -> dict:
     if data.task == "classification":
         out["test_acc"] = metrics.client_mean(ev["test_acc"], data.count_test)
         out["assigned_test_acc"] = metrics.client_mean(ev["assigned_test_acc"], data.count_test)
-    clusters = getattr(alg, "clusters_clients", False)
+    clusters = alg.clusters_clients
     assign = ev["assign"]
     out["num_clusters_found"] = int(len(np.unique(assign[assign >= 0]))) if clusters else None
     has_truth = data.num_true_clusters > 0 and clusters
@@ -320,7 +206,7 @@ def _flat_cluster_params(params):
 
 def resolve_layout(alg, data, *, restarts: int = 1, devices: int | None = None,
                    memory_limit: int | None = None):
-    """(algorithm, layout dict): the client layout of ``alg.cfg.chunk`` resolved for this
+    """(algorithm, layout dict): the client layout ``alg.layout_chunk`` resolved for this
     backend (``core.clients.resolve_chunk``; "auto" on an accelerator is one vmap, cut to
     the largest power-of-two chunk that fits), and the memory pre-check
     (``core.memory``): ValueError with advice when the estimate exceeds ``memory_limit``
@@ -331,7 +217,7 @@ def resolve_layout(alg, data, *, restarts: int = 1, devices: int | None = None,
     from fedclust_jax.core.clients import AUTO, resolve_chunk
 
     backend, ndev = jax.default_backend(), devices or 1
-    requested = getattr(getattr(alg, "cfg", None), "chunk", None)
+    requested = alg.layout_chunk
     chunk = resolve_chunk(requested, data.num_clients, backend=backend, devices=ndev)
     available = memory_limit if memory_limit is not None else memory.available_bytes()
     try:
@@ -341,12 +227,12 @@ def resolve_layout(alg, data, *, restarts: int = 1, devices: int | None = None,
         needed = memory.estimate(alg, data, restarts=restarts, chunk=chunk)
     except Exception:   # an algorithm whose shapes cannot be traced abstractly: no estimate
         needed = None
-    if needed is not None:
-        memory.check_fits(needed, available)
-    if requested == AUTO and dataclasses.is_dataclass(alg.cfg) and hasattr(alg, "model"):
-        alg = type(alg)(alg.model, dataclasses.replace(alg.cfg, chunk=chunk))
-    # (an algorithm without a dataclass config or a model keeps "auto", which map_clients
-    # resolves per backend when it runs)
+    if needed is not None and available is not None and needed["total"] > available:
+        fits = memory.largest_fitting_chunk(alg, data, restarts=restarts, available=available,
+                                            below=chunk or data.num_clients + 1)
+        memory.check_fits(needed, available, fits)
+    if requested == AUTO:
+        alg = alg.with_chunk(chunk)
     layout = {"requested": requested, "chunk": chunk, "backend": backend, "devices": ndev,
               "estimated_bytes": needed, "available_bytes": available}
     return alg, layout
@@ -372,13 +258,14 @@ def build_run_algorithm(cfg: ExperimentConfig, data):
 def end_of_run(alg, states, data, restarts: int, to_host=lambda tree: tree):
     """(objective float32[R], evaluation) after the last round: the training objective of
     each of the R restarts (states with leading axis R) and ``evaluation(r)``, restart r's
-    ``alg.evaluate`` on the host, each computed at most once. An algorithm with
-    ``objective_and_evaluate`` gets one call per restart, where the objective and the
-    evaluation share one pass over the clients; otherwise the objective is vmapped over
-    the restarts and ``alg.evaluate`` runs for the restarts asked for."""
+    ``alg.evaluate`` on the host, each computed at most once. An algorithm that declares
+    ``fused_end_of_run`` gets one ``objective_and_evaluate`` call per restart, where the
+    objective and the evaluation share one pass over the clients; otherwise the objective
+    is vmapped over the restarts and ``alg.evaluate`` runs for the restarts asked for
+    (``loop.objective_and_evaluate`` is the same end of run, all restarts at once)."""
     pick = lambda r: jax.tree.map(lambda a: a[r], states)
     done: dict[int, dict] = {}
-    if hasattr(alg, "objective_and_evaluate"):
+    if alg.fused_end_of_run:
         both = jax.jit(alg.objective_and_evaluate)
         values = []
         for r in range(restarts):
@@ -398,7 +285,7 @@ def end_of_run(alg, states, data, restarts: int, to_host=lambda tree: tree):
 
 def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
                    checkpoint: str | None = None, devices: int | None = None,
-                   memory_limit: int | None = None) -> dict:
+                   memory_limit: int | None = None, label: str | None = None) -> dict:
     """Builds data (unless given), model and algorithm, runs, evaluates. Returns a JSON-able
     dict: config, metrics (of the restart with the lowest training objective), restart
     diagnostics, per-round history and wall time.
@@ -407,11 +294,11 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
     devices: split the clients over this many devices (a ``clients`` mesh; None = one).
     memory_limit: bytes the run may use (default: the device's free memory); the run is
     refused before compiling when the estimate exceeds it (``resolve_layout``).
+    label: the name progress lines give (a study's label; default the algorithm's name).
     The result's "layout" records the client layout used and the memory estimate.
     """
-    root = jax.random.key(cfg.seed)
     if data is None:
-        data = build_dataset(cfg.dataset, jax.random.fold_in(root, 0), **cfg.data)
+        data = build_dataset(cfg.dataset, loop.data_key(cfg.seed), **cfg.data)
     data = stored_data(cfg, data)
     alg = build_run_algorithm(cfg, data)
     alg, layout = resolve_layout(alg, data, restarts=cfg.restarts, devices=devices,
@@ -424,10 +311,10 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
         mesh = client_mesh(jax.devices()[:devices])
         data = shard_clients(data, mesh)
     t0 = time.perf_counter()
-    states, history = run_rounds(alg, data, jax.random.fold_in(root, 1), rounds=cfg.rounds,
+    states, history = run_rounds(alg, data, loop.run_key(cfg.seed), rounds=cfg.rounds,
                                  restarts=cfg.restarts, rounds_per_chunk=cfg.rounds_per_chunk,
                                  progress=progress, checkpoint=checkpoint, config=cfg.to_dict(),
-                                 mesh=mesh, eval_every=cfg.eval_every)
+                                 mesh=mesh, eval_every=cfg.eval_every, label=label)
     objective, evaluation = end_of_run(alg, states, data, cfg.restarts, to_host)
     chosen = int(np.nanargmin(objective)) if np.isfinite(objective).any() else 0
     result_metrics = summarize(alg, evaluation(chosen), host_data)
@@ -513,7 +400,7 @@ def load_study_data(cfg: ExperimentConfig):
     import json
     import zipfile
     try:
-        return build_dataset(cfg.dataset, jax.random.fold_in(jax.random.key(cfg.seed), 0), **cfg.data)
+        return build_dataset(cfg.dataset, loop.data_key(cfg.seed), **cfg.data)
     except FileNotFoundError:
         raise
     except (OSError, EOFError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -564,7 +451,8 @@ def run_study(study: dict, *, progress: bool = True, checkpoint: str | None = No
     for label, cfg in configs:
         if on_start is not None:
             on_start(label, cfg, data)
-        r = run_experiment(cfg, data=data, progress=progress, checkpoint=paths[label], devices=devices)
+        r = run_experiment(cfg, data=data, progress=progress, checkpoint=paths[label],
+                           devices=devices, label=label)
         r["algorithm"] = label
         r["effective"] = {"dataset": cfg.dataset, "data": effective_data(cfg),
                           "model": cfg.model or DEFAULT_MODEL[data.task],

@@ -20,7 +20,8 @@ Data come from each seed as in ``run_experiment`` (``fold_in(key(seed), 0)``); d
 for every seed of a group are shared, otherwise each point gets its seed's data on a
 leading axis. Points are run in calls of ``c`` points, c the largest that fits memory
 (``core.memory`` pre-check; the last call is padded so every call reuses the program).
-Keys as ``run_experiment``, so a point equals the single run with its settings.
+Each point runs ``loop.run_program``, the loop every run goes through, with the keys of
+``run_experiment``, so a point equals the single run with its settings.
 
 Rows (``run_sweep``): one per (algorithm, point, seed) -- points that give an algorithm the
 same configuration (e.g. another algorithm's parameter varies) run once -- holding:
@@ -44,12 +45,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedclust_jax import loop
 from fedclust_jax.algorithms import hparams
 from fedclust_jax.algorithms.registry import ALGORITHMS, accepted_params, effective_params
-from fedclust_jax.experiment import (build_run_algorithm, check_fits_data, curve_rounds,
-                                     curves_from_records, effective_data, eval_spec,
-                                     load_study_data, resolve_layout, scan_rounds,
-                                     split_history, stored_data, study_configs, summarize)
+from fedclust_jax.experiment import (build_run_algorithm, check_fits_data, effective_data,
+                                     load_study_data, resolve_layout, stored_data,
+                                     study_configs, summarize)
+from fedclust_jax.loop import curve_rounds, curves_from_records, eval_spec, split_history
 
 MODES = ("product", "zip")
 GLOBAL_PATHS = ("seed", "rounds", "restarts", "eval_every", "model", "dtype")
@@ -240,26 +242,14 @@ def _fit_points(alg, data, layout, restarts: int, n: int, shared: bool, limit) -
 
 
 def _program(alg, cfg, traced: tuple, spec, shared: bool, stats: dict):
-    """jit(vmap over points) of one point's run: init of every restart, the rounds scan,
-    the objective and evaluation of every restart. Inputs: traced values {name: [c]},
-    data (shared or [c, ...]) and seeds int32[c]."""
-    restarts, rounds, every = cfg.restarts, cfg.rounds, cfg.eval_every
-
+    """jit(vmap over points) of ``loop.run_program``: one point's whole run (init of every
+    restart, the rounds, the end of run) from its traced values {name: [c]}, data (shared
+    or [c, ...]) and seed (uint32[c]); keys as ``run_experiment``'s (``loop.run_key``)."""
     def point(hp, data, seed):
         stats["traces"] = stats.get("traces", 0) + 1    # once per compilation
-        a = hparams.rebuild(alg, hp) if hp else alg
-        restart_keys = jax.random.split(jax.random.fold_in(jax.random.key(seed), 1), restarts)
-        init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(restart_keys)
-        round_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(restart_keys)
-        states = jax.vmap(a.init, in_axes=(0, None))(init_keys, data)
-        states, hist = jax.vmap(lambda s, k: scan_rounds(
-            a, s, k, data, jnp.arange(rounds), eval_every=every, spec=spec))(states, round_keys)
-        if hasattr(a, "objective_and_evaluate"):  # one pass over the clients for both
-            objective, evaluation = jax.vmap(a.objective_and_evaluate, in_axes=(0, None))(states, data)
-        else:
-            objective = jax.vmap(a.objective, in_axes=(0, None))(states, data)
-            evaluation = jax.vmap(a.evaluate, in_axes=(0, None))(states, data)
-        return objective, evaluation, hist
+        a = alg.rebuild(hparams.with_values(alg.cfg, hp)) if hp else alg
+        return loop.run_program(a, data, loop.run_key(seed), rounds=cfg.rounds,
+                                restarts=cfg.restarts, eval_every=cfg.eval_every, spec=spec)
 
     return jax.jit(jax.vmap(point, in_axes=(0, None if shared else 0, 0)))
 

@@ -1,13 +1,15 @@
 """The package's imports flow one way (DESIGN.md section 1):
 
-    data, models, metrics  ->  core, checkpoint  ->  attacks  ->  algorithms
-        ->  experiment, presets  ->  cli (and __main__)
+    data, models, metrics  ->  core, checkpoint  ->  attacks  ->  algorithms, loop
+        ->  experiment, sweep, presets, registration  ->  cli (and __main__)
 
 A module may import its own layer or any layer below, never one above. metrics, progress
 (progress lines, chunk schedule) and config_check (typed conversion of values) import
 nothing of the package, so they sit at the bottom with data and models where every layer
 may use them; checkpoint gathers sharded states with ``core.sharding.to_host``, so it sits
-at core's layer; presets, registry_check (parameters checked against the
+at core's layer; loop (the pure round loop) only calls the algorithm it is given, so it
+sits at the algorithms' layer; presets, registration (user algorithms, datasets and
+models added to the registries), registry_check (parameters checked against the
 registries) and results (tables, JSON) are at experiment's level. Every ``import``
 statement counts, also those
 inside functions (walked with ``ast``, nothing is imported)."""
@@ -20,7 +22,7 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "fedclust_jax"
 LAYERS = {"data": 0, "models": 0, "metrics": 0, "checkpoint": 1, "core": 1, "attacks": 2,
-          "algorithms": 3, "config_check": 0, "registry_check": 4, "experiment": 4, "presets": 4, "progress": 0,
+          "algorithms": 3, "loop": 3, "registration": 4, "reproduce": 4, "config_check": 0, "registry_check": 4, "experiment": 4, "presets": 4, "progress": 0,
           "results": 4, "sweep": 4, "plot": 4, "cli": 5, "__main__": 5, "__version__": 0,
           "__init__": 5}
 

@@ -1,24 +1,19 @@
-"""What every algorithm shares: the interface, the cluster state and the evaluation protocols.
+"""What every algorithm shares: the ``Algorithm`` protocol, the cluster state and the
+evaluation protocols.
 
-An algorithm is an object holding its static config and model, with pure methods:
-
-    init(key, data) -> state
-    round(state, key, data) -> (state, metrics)   # one communication round, jit-able
-    evaluate(state, data) -> dict of arrays        # per-client test loss/accuracy, assignments
-    objective(state, data) -> scalar               # training objective, picks among restarts
-
-Optional, where the objective and the evaluation share a pass over the clients (the
-training-loss matrix that both re-assignment and the objective read):
-
-    objective_and_evaluate(state, data) -> (scalar, dict)   # = (objective, evaluate)
-
-The experiment runner owns the round loop (``lax.scan`` chunks, restarts as a vmap axis)
-and, at the end, calls ``objective_and_evaluate`` once per restart where it exists.
+An algorithm is an object holding its static config (``cfg``, a frozen dataclass) and
+model, with pure, jit-able methods (``Algorithm`` below states them). The runner
+(``fedclust_jax.loop``) owns the round loop: ``lax.scan`` chunks of ``round``, restarts as a
+vmap axis, ``eval_every`` records, the end of run. It calls what the protocol states and
+reads the declared capabilities; it never probes an algorithm for methods.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import typing
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +21,112 @@ from flax import struct
 
 from fedclust_jax.core.clients import check_chunk as _check_chunk
 from fedclust_jax.core.losses import loss_matrix_ids
+
+
+@typing.runtime_checkable
+class Algorithm(typing.Protocol):
+    """The interface the runner needs. Subclass it (``class MyAlg(Algorithm)``) to inherit
+    the defaults of the optional members; ``fedclust_jax.register_algorithm`` requires it.
+
+    Required:
+        name: str                                   the registry name
+        cfg: a frozen dataclass (its fields are the algorithm's parameters)
+        model: the model it trains (``models.base.Model``), or what ``rebuild`` needs
+        init(key, data) -> state                    a pytree (``flax.struct.dataclass``)
+        round(state, key, data) -> (state, metrics) one communication round; metrics a dict
+                                                    of scalars or small arrays, recorded per round
+        evaluate(state, data) -> dict               per-client test_loss [N] (and test_acc,
+                                                    assigned_test_*, assign int32[N],
+                                                    cluster_params [K, ...]) or, for algorithms
+                                                    that cluster points, point_assign int32[N, n_max]
+        objective(state, data) -> float32 scalar    the training objective; the runner keeps the
+                                                    restart with the lowest (no ground truth)
+
+    Optional, with defaults:
+        clusters_clients = False   evaluate's "assign" is a clustering of the clients (scored by
+                                   misclustering / ARI, cluster sizes in the curves)
+        clusters_points = False    evaluate returns "point_assign" (scored by purity)
+        fused_end_of_run = False   ``objective_and_evaluate`` shares one pass over the clients
+                                   (the runner then calls it instead of the two methods)
+        client_vectors = 0         models' worth of per-client vectors [N, P] a round holds per
+                                   restart (BR-IFCA's gradients: 1); the memory pre-check counts them
+        pairwise_clients = False   a round or init builds [N, N] client-by-client matrices
+                                   (cross losses, distances); the memory pre-check counts them
+        check_data(data)           raises ValueError (one line) when the data cannot work
+        objective_and_evaluate(state, data) -> (objective, evaluation)
+        rebuild(cfg) -> a copy with another config (sweeps put traced values in the config)
+        participants(num_clients) -> M, the clients that train in one round (default N)
+        models_scored(num_clients) -> models each client's data is scored on in the largest
+                                   loss pass (default 1; K for loss matrices, N for cross losses)
+    The client layout: a config with a ``chunk`` field ("auto", None or a number) takes the
+    runner's layout (``experiment.resolve_layout``); one without is run as written.
+    """
+
+    name: ClassVar[str]
+    cfg: Any
+    model: Any
+    clusters_clients: ClassVar[bool] = False
+    clusters_points: ClassVar[bool] = False
+    fused_end_of_run: ClassVar[bool] = False
+    client_vectors: ClassVar[int] = 0
+    pairwise_clients: ClassVar[bool] = False
+
+    def init(self, key, data) -> Any: ...
+
+    def round(self, state, key, data) -> tuple[Any, dict]: ...
+
+    def evaluate(self, state, data) -> dict: ...
+
+    def objective(self, state, data) -> jax.Array: ...
+
+    def check_data(self, data) -> None:
+        """Raises ValueError when ``data`` cannot work with this algorithm (default: none)."""
+
+    def objective_and_evaluate(self, state, data) -> tuple[jax.Array, dict]:
+        """(objective, evaluation); an algorithm that declares ``fused_end_of_run`` computes
+        both in one pass over the clients."""
+        return self.objective(state, data), self.evaluate(state, data)
+
+    def rebuild(self, cfg):
+        """This algorithm with config ``cfg`` (same model)."""
+        return type(self)(self.model, cfg)
+
+    def participants(self, num_clients: int) -> int:
+        """M, the clients that train in one round (default: all N)."""
+        return num_clients
+
+    def models_scored(self, num_clients: int) -> int:
+        """Models each client's data is scored on in the largest loss pass (default 1)."""
+        return 1
+
+    @property
+    def layout_chunk(self):
+        """The client layout the config asks for: its ``chunk`` field, or None (one vmap)
+        for a config without one."""
+        return self.cfg.chunk if has_chunk(self.cfg) else None
+
+    def with_chunk(self, chunk):
+        """This algorithm with the resolved client layout ``chunk`` in its config."""
+        return self.rebuild(dataclasses.replace(self.cfg, chunk=chunk)) if has_chunk(self.cfg) else self
+
+
+def has_chunk(cfg) -> bool:
+    """Whether the config dataclass declares a ``chunk`` field (the client layout)."""
+    return dataclasses.is_dataclass(cfg) and any(f.name == "chunk" for f in dataclasses.fields(cfg))
+
+
+class ScoresClusters:
+    """Mixin: the largest loss pass scores every client on the cfg.num_clusters models."""
+
+    def models_scored(self, num_clients: int) -> int:
+        return self.cfg.num_clusters
+
+
+class SamplesParticipants:
+    """Mixin: M = round(cfg.participation x N) clients train per round."""
+
+    def participants(self, num_clients: int) -> int:
+        return max(1, int(math.floor(self.cfg.participation * num_clients + 0.5)))
 
 
 @struct.dataclass

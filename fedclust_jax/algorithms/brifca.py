@@ -30,7 +30,7 @@ import typing
 import jax
 import jax.numpy as jnp
 
-from fedclust_jax.algorithms.base import ClusterState, check_chunk, check_clusters, score_clusters
+from fedclust_jax.algorithms.base import (Algorithm, ClusterState, ScoresClusters, check_chunk, check_clusters, score_clusters)
 from fedclust_jax.attacks import ByzantineSetting, attack_from_config
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
 from fedclust_jax.attacks.rounds import byzantine_assign, byzantine_gradients
@@ -38,6 +38,7 @@ from fedclust_jax.core.losses import loss_matrix_ids, train_test_loss_matrices
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.robust import MEDIANS, METHODS, check_rule, cluster_aggregate
 from fedclust_jax.core.train import LocalTraining
+from fedclust_jax.core.keys import BRIFCA_KEYS, BRIFCA_INIT_KEYS
 
 STEPS = ("paper", "ifca")
 INITS = ("model", "unit_bernoulli")
@@ -56,7 +57,7 @@ def robust_init(model, key, k: int, init: str):
     if init == "model":
         return params
     leaves, tree = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.fold_in(key, 1), len(leaves))
+    keys = jax.random.split(BRIFCA_INIT_KEYS.key(key, "noise"), len(leaves))
     out = []
     for kk, a in zip(keys, leaves):
         b = jax.random.bernoulli(kk, 0.5, (8,) + a.shape).astype(jnp.float32)
@@ -138,8 +139,10 @@ def check_population(cfg, num_clients: int):
     num_byzantine(num_clients, cfg.byz_frac)
 
 
-class BRIFCA:
+class BRIFCA(ScoresClusters, Algorithm):
     name = "brifca"
+    fused_end_of_run = True
+    client_vectors = 1
     clusters_clients = True
 
     def __init__(self, model, cfg: BRIFCAConfig = BRIFCAConfig()):
@@ -167,7 +170,7 @@ class BRIFCA:
         ids = jnp.arange(n, dtype=jnp.int32)
         assign, loss = byzantine_assign(self.model, self.attack, state.params, data, byz,
                                         chunk=cfg.chunk)
-        grads = byzantine_gradients(self.model, cfg.local, self.attack, jax.random.fold_in(key, 2),
+        grads = byzantine_gradients(self.model, cfg.local, self.attack, BRIFCA_KEYS.key(key, "attack"),
                                     state.params, assign, data, client_keys(key, ids), byz,
                                     num_byz=num_byz, chunk=cfg.chunk)
         agg = aggregate_uploads(cfg, grads, assign, state.params)

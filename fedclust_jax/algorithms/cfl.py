@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import struct
 from jax import lax
 
-from fedclust_jax.algorithms.base import check_chunk, evaluate_clusters
+from fedclust_jax.algorithms.base import (Algorithm, check_chunk, evaluate_clusters)
 from fedclust_jax.core.aggregate import cluster_mean, membership
 from fedclust_jax.core.clients import map_client_data
 from fedclust_jax.core.losses import loss_matrix_ids
@@ -107,8 +107,10 @@ def bipartition(sim: jax.Array, member: jax.Array) -> jax.Array:
     return member & (label != label[first])
 
 
-class CFL:
+class CFL(Algorithm):
     name = "cfl"
+    client_vectors = 1
+    pairwise_clients = True
     clusters_clients = True
 
     def __init__(self, model, cfg: CFLConfig = CFLConfig()):

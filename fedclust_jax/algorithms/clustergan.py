@@ -65,7 +65,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from fedclust_jax.algorithms.base import check_chunk
+from fedclust_jax.algorithms.base import (Algorithm, check_chunk)
 from fedclust_jax.core.aggregate import global_mean
 from fedclust_jax.core.clients import map_clients
 from fedclust_jax.core.optim import OPTIMIZERS, make_optimizer
@@ -241,7 +241,7 @@ def assign_points(nets: ClusterGANNets, encoder_params, x, count, *, eval_batch:
     return jnp.where(example_mask(count, n_max), a, -1)
 
 
-class ClusterGAN:
+class ClusterGAN(Algorithm):
     """ClusterGAN + FedAvg over ``ClusterGANNets``; pure methods init / round / assign."""
 
     name = "clustergan"

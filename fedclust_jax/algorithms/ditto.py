@@ -22,12 +22,13 @@ import jax.numpy as jnp
 from flax import struct
 from jax import lax
 
-from fedclust_jax.algorithms.base import check_chunk
+from fedclust_jax.algorithms.base import (Algorithm, check_chunk)
 from fedclust_jax.core.aggregate import mean_from_sums
 from fedclust_jax.core.clients import stream_clients
 from fedclust_jax.core.losses import own_loss_ids
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.train import LocalTraining, client_gradient, local_train
+from fedclust_jax.core.keys import DITTO_CLIENT_KEYS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +74,7 @@ def personal_step(model, local, lam, lr, steps, v, w, x, y, count, key):
     return lax.scan(step, v, jnp.arange(steps))[0]
 
 
-class Ditto:
+class Ditto(Algorithm):
     name = "ditto"
     clusters_clients = False
 
@@ -102,7 +103,7 @@ class Ditto:
             delta = jax.tree.map(lambda t, a: t.astype(jnp.float32) - a.astype(jnp.float32),
                                  trained, w)
             personal = personal_step(model, cfg.local, cfg.lam, p_lr, p_steps, v, w, x, y, c,
-                                     jax.random.fold_in(k, 1))
+                                     DITTO_CLIENT_KEYS.key(k, "personal"))
             return jnp.ones((1,), jnp.float32), delta, personal
 
         sums, totals, personal = stream_clients(client, data, None, state.params, keys,

@@ -33,6 +33,7 @@ from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked
 from fedclust_jax.core.threshold_clustering import threshold_clustering
 from fedclust_jax.core.train import LocalTraining, client_gradient
+from fedclust_jax.core.keys import FC_KEYS
 
 
 def fc_direction(grads, own, *, iters, radius=None, quantile=None, mask=None, method="gram"):
@@ -107,10 +108,10 @@ class FederatedClustering(PersonalModels):
         cfg, n, model, attack = self.cfg, data.num_clients, self.model, self.attack
         byz = byzantine_mask(n, cfg.byz_frac)
         nb = num_byzantine(n, cfg.byz_frac)
-        members, mask = random_groups(jax.random.fold_in(key, 3), n, cfg.num_groups)
+        members, mask = random_groups(FC_KEYS.key(key, "groups"), n, cfg.num_groups)
         ids = jnp.arange(n, dtype=jnp.int32)
         keys = client_keys(key, ids)
-        noise = jax.random.fold_in(key, 7)
+        noise = FC_KEYS.key(key, "attack")
         lr = cfg.local.lr_at(state.round)
 
         def per_client(p, i, mem, msk):

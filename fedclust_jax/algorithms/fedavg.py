@@ -15,8 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedclust_jax.algorithms.base import (check_chunk, check_weighting, client_weights,
-                                          evaluate_clusters)
+from fedclust_jax.algorithms.base import (Algorithm, SamplesParticipants, check_chunk, check_weighting, client_weights, evaluate_clusters)
 from fedclust_jax.config_check import check_model_state
 from fedclust_jax.core.aggregate import global_mean, mean_from_sums
 from fedclust_jax.core.clients import chain_clients
@@ -25,6 +24,7 @@ from fedclust_jax.core.participation import num_participants, participants
 from fedclust_jax.core.train import (LocalTraining, cluster_pass, join_state, local_train,
                                      split_state)
 from fedclust_jax.models.resnet9 import is_stateful, running_view
+from fedclust_jax.core.keys import FEDAVG_KEYS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +63,7 @@ class GlobalState:
     model_state: object = None  # one model's BatchNorm statistics (StatefulModel), else None
 
 
-class FedAvg:
+class FedAvg(SamplesParticipants, Algorithm):
     """Each round: M participants train ``local.steps`` steps from the global model, the
     server averages the results.
 
@@ -99,7 +99,7 @@ class FedAvg:
             loss = loss_matrix_ids(*running_view(self.model, one, ms), data,
                                    None if full else idx, chunk=cfg.chunk)[0]
             trained = chain_clients(train, join_state(one, ms), jnp.zeros(len(idx), jnp.int32),
-                                    idx, keys, order_key=jax.random.fold_in(key, 2))
+                                    idx, keys, order_key=FEDAVG_KEYS.key(key, "order"))
             new = global_mean(trained, weights=client_weights(cfg.weighting, data.count[idx]))
         else:
             sums, totals, loss, _ = cluster_pass(self.model, cfg.local, one, data,

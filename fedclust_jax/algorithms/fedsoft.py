@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedclust_jax.algorithms.base import check_chunk, check_clusters, evaluate_clusters
+from fedclust_jax.algorithms.base import (Algorithm, ScoresClusters, check_chunk, check_clusters, evaluate_clusters)
 from fedclust_jax.core.aggregate import cluster_mean
 from fedclust_jax.core.clients import map_client_data, map_clients
 from fedclust_jax.core.losses import loss_matrix_ids
@@ -25,6 +25,7 @@ from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import take
 from fedclust_jax.core.train import LocalTraining, local_train
 from fedclust_jax.data.federated import example_mask
+from fedclust_jax.core.keys import FEDSOFT_KEYS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +72,7 @@ def importance_weights(example_losses: jax.Array, mask: jax.Array, sigma: float)
     return u / u.sum(1, keepdims=True)
 
 
-class FedSoft:
+class FedSoft(ScoresClusters, Algorithm):
     name = "fedsoft"
     clusters_clients = True
 
@@ -98,7 +99,7 @@ class FedSoft:
         s = min(cfg.clients_per_cluster, n)
         u = self.importance(state.params, data)
         logits = jnp.log(u * data.count[:, None].astype(jnp.float32) + 1e-30).T      # [K, N]
-        gumbel = jax.random.gumbel(jax.random.fold_in(key, 2), (k, n))
+        gumbel = jax.random.gumbel(FEDSOFT_KEYS.key(key, "cluster_draws"), (k, n))
         _, ids = jax.lax.top_k(logits + gumbel, s)                                   # [K, S]
         flat = ids.reshape(-1)
         owner = jnp.repeat(jnp.arange(k, dtype=jnp.int32), s)

@@ -54,9 +54,8 @@ def with_values(cfg, values: dict):
 
 
 def rebuild(alg, values: dict):
-    """The algorithm ``alg`` (built as ``type(alg)(alg.model, alg.cfg)``) with the traced
-    ``values`` in its config."""
-    return type(alg)(alg.model, with_values(alg.cfg, values))
+    """The algorithm ``alg`` with the traced ``values`` in its config (``alg.rebuild``)."""
+    return alg.rebuild(with_values(alg.cfg, values))
 
 
 def traced_params(algorithm: str) -> tuple[str, ...]:

@@ -45,9 +45,7 @@ import typing
 import jax
 import jax.numpy as jnp
 
-from fedclust_jax.algorithms.base import (ClusterState, check_chunk, check_clusters,
-                                          check_weighting, client_weights, evaluate_clusters,
-                                          score_clusters)
+from fedclust_jax.algorithms.base import (Algorithm, ClusterState, SamplesParticipants, ScoresClusters, check_chunk, check_clusters, check_weighting, client_weights, evaluate_clusters, score_clusters)
 from fedclust_jax.config_check import check_model_state
 from fedclust_jax.core.aggregate import cluster_mean, mean_from_sums, share_body
 from fedclust_jax.core.clients import chain_clients, map_clients
@@ -58,6 +56,7 @@ from fedclust_jax.core.pytree import head_mask, take
 from fedclust_jax.core.train import (LocalTraining, cluster_pass, join_state, local_train,
                                      split_state)
 from fedclust_jax.models.resnet9 import is_stateful, running_view
+from fedclust_jax.core.keys import IFCA_KEYS
 
 OPTIONS = ("gradient", "model")
 ASSIGNMENTS = ("loss", "oracle", "fixed")
@@ -118,8 +117,9 @@ class IFCAConfig:
         return None
 
 
-class IFCA:
+class IFCA(SamplesParticipants, ScoresClusters, Algorithm):
     name = "ifca"
+    fused_end_of_run = True
     clusters_clients = True
 
     def __init__(self, model, cfg: IFCAConfig = IFCAConfig()):
@@ -235,7 +235,7 @@ class IFCA:
             return idx, keys, assign, state.assign.at[idx].set(assign), loss
         found, loss = self._assign_ids(state.params, data, None, state.model_state)
         everyone = found if cfg.assignment == "loss" else state.assign
-        ids, valid = per_cluster_participants(jax.random.fold_in(key, 3), everyone, k,
+        ids, valid = per_cluster_participants(IFCA_KEYS.key(key, "cluster_draws"), everyone, k,
                                               cfg.clients_per_cluster)
         idx = ids.reshape(-1)
         assign = jnp.where(valid, jnp.arange(k)[:, None], -1).reshape(-1).astype(jnp.int32)
@@ -260,7 +260,7 @@ class IFCA:
         start = join_state(state.params, ms)
         if cfg.sequential:
             trained = chain_clients(train, start, assign, idx, keys,
-                                    order_key=jax.random.fold_in(key, 2))
+                                    order_key=IFCA_KEYS.key(key, "order"))
         else:
             mine = take(start, jnp.clip(assign, 0, cfg.num_clusters - 1))
             trained = map_clients(train, mine, idx, keys, chunk=cfg.chunk)

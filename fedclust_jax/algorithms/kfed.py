@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedclust_jax.algorithms.base import check_chunk, check_clusters
+from fedclust_jax.algorithms.base import (Algorithm, check_chunk, check_clusters)
 from fedclust_jax.core.kmeans import KFedResult, best_kmeans, kfed
 from fedclust_jax.core.pairwise import sq_distances
 
@@ -59,7 +59,7 @@ class KFedState:
     round: jax.Array
 
 
-class KFed:
+class KFed(Algorithm):
     name = "kfed"
     clusters_points = True
 

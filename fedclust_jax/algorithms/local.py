@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedclust_jax.algorithms.base import check_chunk
+from fedclust_jax.algorithms.base import (Algorithm, check_chunk)
 from fedclust_jax.config_check import check_model_state
 from fedclust_jax.core.clients import map_client_data
 from fedclust_jax.core.losses import client_loss_accuracy, own_loss_ids
@@ -48,7 +48,7 @@ class LocalState:
     model_state: object = None  # [N, ...] each client's BatchNorm statistics, else None
 
 
-class Local:
+class Local(Algorithm):
     """All clients start from one common initialisation and never communicate. Each client
     is evaluated with its own model on its own test split.
 

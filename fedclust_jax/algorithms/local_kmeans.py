@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedclust_jax.algorithms.base import check_chunk, check_clusters, evaluate_clusters
+from fedclust_jax.algorithms.base import (Algorithm, ScoresClusters, check_chunk, check_clusters, evaluate_clusters)
 from fedclust_jax.algorithms.local import Local, LocalConfig, LocalState
 from fedclust_jax.core.kmeans import kmeans
 from fedclust_jax.core.pytree import flatten_stacked, unflatten_stacked
@@ -52,7 +52,7 @@ class LocalKMeansState:
     round: jax.Array
 
 
-class LocalKMeans:
+class LocalKMeans(ScoresClusters, Algorithm):
     name = "local-kmeans"
     clusters_clients = True
 

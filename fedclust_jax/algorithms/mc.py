@@ -18,7 +18,7 @@ import typing
 import jax
 import jax.numpy as jnp
 
-from fedclust_jax.algorithms.base import check_clusters
+from fedclust_jax.algorithms.base import (ScoresClusters, check_clusters)
 from fedclust_jax.algorithms.personal import (PersonalModels, PersonalState, check_tc_config,
                                               init_personal, own_gradients, personal_state,
                                               step_params)
@@ -28,6 +28,7 @@ from fedclust_jax.core.pairwise import sq_distances
 from fedclust_jax.core.pytree import flatten_stacked
 from fedclust_jax.core.threshold_clustering import threshold_clustering
 from fedclust_jax.core.train import LocalTraining
+from fedclust_jax.core.keys import MC_KEYS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +63,7 @@ def momentum_update(momentum, grads, alpha):
     return alpha * grads + (1 - alpha) * momentum
 
 
-class MomentumClustering(PersonalModels):
+class MomentumClustering(ScoresClusters, PersonalModels):
     name = "mc"
     clusters_clients = True
 
@@ -84,7 +85,7 @@ class MomentumClustering(PersonalModels):
         m = momentum_update(state.momentum, g, cfg.alpha)
         init = jax.lax.cond(
             state.round == 0,
-            lambda: kmeans(jax.random.fold_in(key, 5), m, cfg.num_clusters, iters=10)[0],
+            lambda: kmeans(MC_KEYS.key(key, "kmeans"), m, cfg.num_clusters, iters=10)[0],
             lambda: state.centers)
         centers = threshold_clustering(m, init, iters=cfg.tc_iters, radius=cfg.radius,
                                        quantile=cfg.radius_quantile, method=cfg.tc_method)

@@ -11,13 +11,14 @@ import typing
 import jax
 import jax.numpy as jnp
 
-from fedclust_jax.algorithms.base import check_clusters
+from fedclust_jax.algorithms.base import (ScoresClusters, check_clusters)
 from fedclust_jax.algorithms.personal import (PersonalModels, PersonalState,
                                               check_byzantine_config, init_personal,
                                               own_gradients, personal_state, step_params)
 from fedclust_jax.attacks import ByzantineSetting
 from fedclust_jax.core.kmeans import kmeans
 from fedclust_jax.core.train import LocalTraining
+from fedclust_jax.core.keys import MYOPIC_KEYS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +46,7 @@ def myopic_direction(key, grads, k: int, iters: int = 20):
     return centres[labels], labels
 
 
-class Myopic(PersonalModels):
+class Myopic(ScoresClusters, PersonalModels):
     name = "myopic"
     clusters_clients = True
 
@@ -61,7 +62,7 @@ class Myopic(PersonalModels):
         cfg = self.cfg
         g = own_gradients(self.model, cfg.local, self.attack, state.params, data, key,
                           cfg.byz_frac, cfg.chunk)
-        v, assign = myopic_direction(jax.random.fold_in(key, 5), g, cfg.num_clusters,
+        v, assign = myopic_direction(MYOPIC_KEYS.key(key, "kmeans"), g, cfg.num_clusters,
                                      cfg.kmeans_iters)
         params = step_params(state.params, v, cfg.local.lr_at(state.round))
         return state.replace(params=params, assign=assign, round=state.round + 1), dict(

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedclust_jax.algorithms.base import check_chunk, score_clusters
+from fedclust_jax.algorithms.base import (Algorithm, SamplesParticipants, check_chunk, score_clusters)
 from fedclust_jax.core.aggregate import cluster_mean, mean_from_sums
 from fedclust_jax.core.losses import loss_matrix_ids, train_test_loss_matrices
 from fedclust_jax.core.oneshot import check_graph_options, one_shot, replace_steps
@@ -72,9 +72,16 @@ class OneShotIFCAState:
     round: jax.Array
 
 
-class OneShotIFCA:
+class OneShotIFCA(SamplesParticipants, Algorithm):
     name = "oneshot-ifca"
+    fused_end_of_run = True
+    client_vectors = 1
+    pairwise_clients = True
     clusters_clients = True
+
+    def models_scored(self, num_clients: int) -> int:
+        """ONE_SHOT scores every client's data on every client's model: N."""
+        return num_clients
 
     def __init__(self, model, cfg: OneShotIFCAConfig = OneShotIFCAConfig()):
         self.model, self.cfg = model, cfg

@@ -22,7 +22,7 @@ import typing
 import jax
 import jax.numpy as jnp
 
-from fedclust_jax.algorithms.base import check_chunk, check_clusters, check_weighting
+from fedclust_jax.algorithms.base import (Algorithm, SamplesParticipants, ScoresClusters, check_chunk, check_clusters, check_weighting)
 from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
 from fedclust_jax.core.aggregate import cluster_mean
 from fedclust_jax.core.clients import map_client_data
@@ -59,8 +59,9 @@ class OneShotConfig:
         check_chunk(self.chunk)
 
 
-class OneShotKMeans:
+class OneShotKMeans(SamplesParticipants, ScoresClusters, Algorithm):
     name = "oneshot-kmeans"
+    client_vectors = 1
     clusters_clients = True
 
     def __init__(self, model, cfg: OneShotConfig = OneShotConfig()):

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedclust_jax.algorithms.base import check_chunk
+from fedclust_jax.algorithms.base import (Algorithm, check_chunk)
 from fedclust_jax.attacks import attack_from_config
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
 from fedclust_jax.attacks.rounds import client_labels
@@ -18,6 +18,7 @@ from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked, unflatten_stacked
 from fedclust_jax.core.threshold_clustering import TC_METHODS, check_radius
 from fedclust_jax.core.train import client_gradient
+from fedclust_jax.core.keys import PERSONAL_KEYS
 
 
 @struct.dataclass
@@ -80,7 +81,7 @@ def own_gradients(model, local, attack, params, data, key, byz_frac, chunk):
         return client_gradient(model, local, p, x, y, c, kk)
 
     g = map_client_data(per_client, data, None, start, keys, chunk=chunk)
-    return flatten_stacked(attack.corrupt(jax.random.fold_in(key, 7), g,
+    return flatten_stacked(attack.corrupt(PERSONAL_KEYS.key(key, "attack"), g,
                                           jnp.zeros_like(byz, jnp.int32), byz, 1,
                                           num_byzantine(n, byz_frac)))
 
@@ -91,8 +92,10 @@ def step_params(params, direction, lr):
     return jax.tree.map(lambda a, s: a - lr * s, params, step)
 
 
-class PersonalModels:
+class PersonalModels(Algorithm):
     """Base of FC, MC and Myopic: the model, the config, the attack, and the evaluation."""
+
+    client_vectors = 1
 
     def __init__(self, model, cfg):
         self.model, self.cfg = model, cfg

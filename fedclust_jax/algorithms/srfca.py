@@ -55,7 +55,7 @@ import jax.numpy as jnp
 from flax import struct
 from jax import lax
 
-from fedclust_jax.algorithms.base import check_chunk, evaluate_clusters
+from fedclust_jax.algorithms.base import (Algorithm, check_chunk, evaluate_clusters)
 from fedclust_jax.core.aggregate import combine
 from fedclust_jax.core.clients import chain_clients, map_clients
 from fedclust_jax.core.graph import connected_components
@@ -68,6 +68,7 @@ from fedclust_jax.core.pytree import flatten_stacked, take
 from fedclust_jax.core.robust import cluster_trimmed_mean
 from fedclust_jax.core.traced import concrete
 from fedclust_jax.core.train import LocalTraining, local_train
+from fedclust_jax.core.keys import SRFCA_KEYS
 
 REFINE_INITS = ("continue", "common", "fresh")
 VARIANTS = {
@@ -177,9 +178,15 @@ def _mask_leading(mask, new, old):
         lambda a, b: jnp.where(mask.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old)
 
 
-class SRFCA:
+class SRFCA(Algorithm):
     name = "srfca"
+    client_vectors = 1
+    pairwise_clients = True
     clusters_clients = True
+
+    def models_scored(self, num_clients: int) -> int:
+        """ONE_SHOT scores every client's data on every client's model: N."""
+        return num_clients
 
     def __init__(self, model, cfg: SRFCAConfig = SRFCAConfig()):
         self.model, self.cfg = model, cfg.resolved()
@@ -221,14 +228,14 @@ class SRFCA:
             keys = client_keys(key, ids)
             if cfg.sequential:
                 return chain_clients(train, params, group, ids, keys,
-                                     order_key=jax.random.fold_in(key, 3))
+                                     order_key=SRFCA_KEYS.key(key, "order"))
             start = take(params, jnp.clip(group, 0, k - 1))
             return map_clients(lambda i, p, kk: train(p, i, kk), ids, start, keys, chunk=cfg.chunk)
 
         if cfg.clients_per_cluster is None:
             trained = run(jnp.arange(n), assign)
             return cluster_trimmed_mean(trained, assign, params, cfg.beta)
-        ids, valid = per_cluster_participants(jax.random.fold_in(key, 2), assign, k,
+        ids, valid = per_cluster_participants(SRFCA_KEYS.key(key, "cluster_draws"), assign, k,
                                               cfg.clients_per_cluster)
         s = ids.shape[1]
         slots = pack_slots(valid, min(k * s, n, cfg.max_participants or n))

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fedclust_jax.algorithms.base import ClusterState, check_chunk, check_clusters, evaluate_clusters
+from fedclust_jax.algorithms.base import (Algorithm, ClusterState, ScoresClusters, check_chunk, check_clusters, evaluate_clusters)
 from fedclust_jax.attacks import ByzantineSetting, attack_from_config
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
 from fedclust_jax.attacks.rounds import byzantine_gradients, client_labels
@@ -44,6 +44,7 @@ from fedclust_jax.core.pytree import flatten_stacked, unflatten_stacked
 from fedclust_jax.core.robust import cluster_trimmed_mean
 from fedclust_jax.core.traced import concrete
 from fedclust_jax.core.train import LocalTraining, local_train
+from fedclust_jax.core.keys import THREE_STAGE_KEYS
 
 
 SEEDINGS = ("kmeans++", "random")
@@ -134,8 +135,9 @@ class ThreeStageConfig(ByzantineSetting):
         check_chunk(self.chunk)
 
 
-class ThreeStage:
+class ThreeStage(ScoresClusters, Algorithm):
     name = "three-stage"
+    client_vectors = 1
     clusters_clients = True
 
     def __init__(self, model, cfg: ThreeStageConfig = ThreeStageConfig()):
@@ -151,7 +153,7 @@ class ThreeStage:
         cfg, n, k = self.cfg, data.num_clients, self.cfg.num_clusters
         byz = byzantine_mask(n, cfg.byz_frac)
         start = self.model.init(key) if params is None else params
-        keys = client_keys(jax.random.fold_in(key, 1), jnp.arange(n, dtype=jnp.int32))
+        keys = client_keys(THREE_STAGE_KEYS.key(key, "clients"), jnp.arange(n, dtype=jnp.int32))
         erm_cfg = LocalTraining(steps=cfg.erm_steps, lr=cfg.erm_lr)
 
         def client_erm(i, x, y, count, ki):
@@ -159,9 +161,9 @@ class ThreeStage:
             return local_train(self.model, erm_cfg, start, x, y, count, ki, cfg.erm_lr)
 
         erm = map_client_data(client_erm, data, None, keys, chunk=cfg.chunk)
-        erm = self.attack.corrupt(jax.random.fold_in(key, 2), erm, jnp.zeros((n,), jnp.int32),
+        erm = self.attack.corrupt(THREE_STAGE_KEYS.key(key, "attack"), erm, jnp.zeros((n,), jnp.int32),
                                   byz, 1, num_byzantine(n, cfg.byz_frac))
-        centers, labels = best_trimmed_kmeans(jax.random.fold_in(key, 3), flatten_stacked(erm), k,
+        centers, labels = best_trimmed_kmeans(THREE_STAGE_KEYS.key(key, "kmeans"), flatten_stacked(erm), k,
                                               cfg.trim_frac, cfg.kmeans_iters, cfg.kmeans_restarts,
                                               cfg.kmeans_seeding)
         return ClusterState(params=unflatten_stacked(centers, erm), assign=labels,
@@ -170,7 +172,7 @@ class ThreeStage:
     def round(self, state, key, data):
         cfg, n = self.cfg, data.num_clients
         byz = byzantine_mask(n, cfg.byz_frac)
-        grads = byzantine_gradients(self.model, cfg.local, self.attack, jax.random.fold_in(key, 2),
+        grads = byzantine_gradients(self.model, cfg.local, self.attack, THREE_STAGE_KEYS.key(key, "attack"),
                                     state.params, state.assign, data,
                                     client_keys(key, jnp.arange(n, dtype=jnp.int32)), byz,
                                     num_byz=num_byzantine(n, cfg.byz_frac), chunk=cfg.chunk)

@@ -52,7 +52,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from fedclust_jax.algorithms.base import check_chunk, check_clusters
+from fedclust_jax.algorithms.base import (Algorithm, ScoresClusters, check_chunk, check_clusters)
 from fedclust_jax.core.kmeans import kfed
 from fedclust_jax.core.clients import map_clients
 from fedclust_jax.core.optim import OPTIMIZERS, make_optimizer
@@ -192,7 +192,7 @@ def learn_cluster_models(flow: FlowModel, cfg: UIFCAConfig, params, x, assign, k
     return params
 
 
-class UIFCA:
+class UIFCA(ScoresClusters, Algorithm):
     """UIFCA over a ``FlowModel``; pure methods init / round / evaluate / objective."""
 
     name = "uifca"

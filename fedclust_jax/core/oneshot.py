@@ -22,6 +22,7 @@ from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked
 from fedclust_jax.core.traced import concrete
 from fedclust_jax.core.train import LocalTraining, local_train
+from fedclust_jax.core.keys import ONESHOT_INIT_KEYS
 
 METRICS = ("cross_loss", "l2")
 GRAPHS = ("components", "pivot")
@@ -93,7 +94,7 @@ def one_shot(key, model, data, *, local: LocalTraining, lam, lam_quantile, t: in
     if init == "common":
         start = jax.tree.map(lambda a: jnp.broadcast_to(a, (n,) + a.shape), w0)
     else:
-        start = jax.vmap(model.init)(jax.random.split(jax.random.fold_in(k_init, 1), n))
+        start = jax.vmap(model.init)(jax.random.split(ONESHOT_INIT_KEYS.key(k_init, "independent"), n))
     local_params = train_local_models(model, local, start, data, k_train, chunk)
     dist, closs = client_distances(model, local_params, data, metric, chunk)
     lam_v = upper_quantile(dist, lam_quantile) if lam_quantile is not None else jnp.float32(lam)

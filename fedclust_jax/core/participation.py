@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fedclust_jax.core.keys import PARTICIPATION_KEYS
+
 
 def num_participants(num_clients: int, fraction: float) -> int:
     """M = max(1, round(fraction * N)) participants per round; fraction in (0, 1]."""
@@ -30,14 +32,14 @@ def participants(key, num_clients: int, fraction: float):
     ``fold_in(fold_in(key, 1), i)`` with i its global id, so a client's randomness does not
     depend on who else participates or on how clients are chunked.
     """
-    ids = sample_participants(jax.random.fold_in(key, 0), num_clients,
+    ids = sample_participants(PARTICIPATION_KEYS.key(key, "participants"), num_clients,
                               num_participants(num_clients, fraction))
     return ids, client_keys(key, ids)
 
 
 def client_keys(key, ids) -> jax.Array:
     """Per-client keys [M] for global client ids ``ids`` in the round of ``key``."""
-    base = jax.random.fold_in(key, 1)
+    base = PARTICIPATION_KEYS.key(key, "clients")
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(ids)
 
 

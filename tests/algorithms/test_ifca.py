@@ -185,7 +185,7 @@ def test_figure3_success_point(tmp_path):
                           "--no-progress"], capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, XLA_FLAGS=" ".join(flags)))
     assert out.returncode == 0, out.stderr[-2000:]
-    metrics = json.loads((tmp_path / "out.json").read_text())[0]["metrics"]
+    metrics = json.loads((tmp_path / "out.json").read_text())["metrics"]
     assert metrics["misclustering"] == 0.0
     assert metrics["param_error"] <= 0.6 * 0.1
 
