@@ -1,17 +1,23 @@
 """A memory pre-check from shapes: the biggest live arrays of a run, against what the
 device (on a CPU: the machine's available RAM) has, before anything is compiled.
 
-Estimate (bytes; R restarts, P parameters, M participants, layout chunk c):
+Estimate (bytes; R restarts, N clients, P parameters, M participants, layout chunk c):
   data        every array of the ``FederatedData`` pytree, stored once
   state       2 x R x the algorithm state (the round's input and output; donation lets XLA
               reuse the input, the factor 2 keeps a margin)
-  chunk work  R x c x (P + 2 P32 + one client's data + activations), c = M for one vmap;
+  chunk work  R x the larger of the training pass and the loss pass of one chunk:
+              training  min(c, M) x (P + 2 P32 + one client's data + activations);
+              loss pass min(c, N) x (one client's data + S x forward activations), S =
+              ``alg.models_scored(N)`` models scored on each client's data (K for a loss
+              matrix, N for SR-FCA's cross losses); c = all clients for one vmap.
               P: one model in its stored dtype (the client's start), P32: one model in
               float32 (local training's master copy and gradient, ``core.train.local_train``);
               activations = 2 x every intermediate of one forward pass (from its jaxpr, so
-              in the data's and params' dtype)
-  per-client  R x M x P x factor for rules that keep per-client vectors
-              (``alg.client_vectors``: 1 for BR-IFCA's gradients, ...)
+              in the data's and params' dtype; forward activations half of that)
+  per-client  R x N x P x ``alg.client_vectors`` for rules that keep per-client vectors
+              (BR-IFCA's gradients, SR-FCA's trained models, ...)
+  pairwise    R x (N x P + 3 x N x N float32) where ``alg.pairwise_clients``: the N local
+              models and the [N, N] loss / distance / graph matrices
 Every term counts the arrays' own dtypes: with ``--dtype bfloat16`` the data (float pool or
 arrays), the state and P take 2 bytes per value, P32 still 4.
 Only shapes are traced (``jax.eval_shape``, ``jax.make_jaxpr``); nothing is compiled.
@@ -81,35 +87,38 @@ def activation_bytes(model, params, x_one) -> int:
 
 
 def estimate(alg, data, *, restarts: int = 1, chunk=None) -> dict:
-    """Bytes of the biggest live arrays of a run of ``alg`` on ``data`` (see module
-    docstring). chunk: the resolved layout (None = one vmap over all participants)."""
+    """Bytes of the biggest live arrays of a run of ``alg`` (an ``algorithms.base.Algorithm``)
+    on ``data`` (see module docstring). chunk: the resolved layout (None = one vmap)."""
     model = alg.model
     params = jax.eval_shape(model.init, jax.random.key(0))
     p_bytes = tree_bytes(params)
     n = data.num_clients
-    participation = getattr(alg.cfg, "participation", 1.0)
-    m = max(1, int(math.floor(participation * n + 0.5)))
+    m = alg.participants(n)
     one = jax.eval_shape(lambda d: d.train_client(0), data)    # never materialises views
     x_one = jax.ShapeDtypeStruct(one[0].shape, one[0].dtype)
     p32_bytes = 4 * sum(math.prod(a.shape) for a in jax.tree.leaves(params))
-    client = p_bytes + 2 * p32_bytes + tree_bytes(one) + activation_bytes(model, params, x_one)
+    activations = activation_bytes(model, params, x_one)
+    train = min(m, chunk or m) * (p_bytes + 2 * p32_bytes + tree_bytes(one) + activations)
+    scored = min(n, chunk or n) * (tree_bytes(one) + alg.models_scored(n) * activations // 2)
     state = tree_bytes(jax.eval_shape(alg.init, jax.random.key(0), data))
-    width = m if chunk is None else min(chunk, m)
     out = {"data": tree_bytes(data), "state": 2 * restarts * state,
-           "chunk_work": restarts * width * client,
-           "client_vectors": restarts * n * p_bytes * getattr(alg, "client_vectors", 0)}
+           "chunk_work": restarts * max(train, scored),
+           "client_vectors": restarts * n * p_bytes * alg.client_vectors,
+           "pairwise": restarts * (n * p_bytes + 3 * n * n * 4) if alg.pairwise_clients else 0}
     out["total"] = sum(out.values())
     return out
 
 
-def check_fits(needed: dict, available: int | None):
-    """Raises ValueError (one line of advice) when ``needed["total"]`` exceeds ``available``."""
+def check_fits(needed: dict, available: int | None, fits_chunk: int | None = None):
+    """Raises ValueError (one line of advice) when ``needed["total"]`` exceeds ``available``;
+    ``fits_chunk``: a client chunk with which the run would fit, named first in the advice."""
     if available is None or needed["total"] <= available:
         return
     gb = lambda b: f"{b / 2**30:.2f} GB"
     parts = ", ".join(f"{k} {gb(v)}" for k, v in needed.items() if k != "total" and v)
+    advice = ADVICE if fits_chunk is None else f"--chunk {fits_chunk} fits; or {ADVICE}"
     raise ValueError(f"this run needs about {gb(needed['total'])} ({parts}) but only "
-                     f"{gb(available)} is available; {ADVICE}")
+                     f"{gb(available)} is available; {advice}")
 
 
 def fit_chunk(alg, data, *, restarts: int, available: int | None, chunk=None):
@@ -119,10 +128,22 @@ def fit_chunk(alg, data, *, restarts: int, available: int | None, chunk=None):
         return chunk
     if estimate(alg, data, restarts=restarts, chunk=None)["total"] <= available:
         return None
+    return largest_fitting_chunk(alg, data, restarts=restarts, available=available) or 1
+
+
+def largest_fitting_chunk(alg, data, *, restarts: int, available: int,
+                          below: int | None = None) -> int | None:
+    """The largest power-of-two client chunk (< ``below`` when given) whose estimate fits in
+    ``available``; None when not even a chunk of one client does."""
     c = 1 << max(0, data.num_clients.bit_length() - 1)
-    while c > 1 and estimate(alg, data, restarts=restarts, chunk=c)["total"] > available:
+    while below is not None and c >= below and c > 1:
         c //= 2
-    return c
+    while True:
+        if estimate(alg, data, restarts=restarts, chunk=c)["total"] <= available:
+            return c if below is None or c < below else None
+        if c == 1:
+            return None
+        c //= 2
 
 
 def check_state_dtypes(alg, data):
@@ -130,7 +151,7 @@ def check_state_dtypes(alg, data):
     dtype than it was given (an algorithm whose own update arithmetic is not yet written
     for bf16 params promotes them to float32). Traced from shapes (``jax.eval_shape``),
     nothing compiled; run before a ``--dtype bfloat16`` run."""
-    name = getattr(alg, "name", type(alg).__name__)
+    name = alg.name
     state = jax.eval_shape(alg.init, jax.random.key(0), data)
     try:
         new, _ = jax.eval_shape(alg.round, state, jax.random.key(1), data)

@@ -43,3 +43,35 @@ def test_one_vmap_needs_more_than_a_chunk_and_a_limit_between_them_refuses_it():
         resolve_layout(alg, data, memory_limit=(lo + hi) // 2)
     alg = build_algorithm("ifca", model, dict(num_clusters=2), data)
     assert resolve_layout(alg, data, memory_limit=(lo + hi) // 2)[1]["chunk"] == 1
+
+
+def test_srfca_one_shot_refused_before_compile_and_admitted_with_the_advised_chunk(monkeypatch):
+    """SR-FCA's ONE_SHOT scores every client's data on all N local models: one vmap over the
+    clients holds N x N forward passes. A limit between that and a chunked pass refuses the
+    vmap before anything compiles, names a chunk that fits, and admits the run with it."""
+    import re
+    import fedclust_jax.experiment as experiment
+    data = dict(num_clients=64, num_clusters=2, samples_per_client=50, dim=20, num_classes=5)
+    cfg = lambda chunk: ExperimentConfig(
+        dataset="gaussian-mixture", data=data, model="mlp", model_args=dict(hidden=[64]),
+        algorithm="srfca", params=dict(chunk=chunk, steps=1, t=4), rounds=1)
+    built = build_dataset("gaussian-mixture", jax.random.key(0), **data)
+    alg = build_algorithm("srfca", build_model("mlp", built, hidden=[64]),
+                          dict(chunk=None, steps=1, t=4), built)
+    from fedclust_jax.core import memory
+    whole = memory.estimate(alg, built, chunk=None)
+    one = memory.estimate(alg, built, chunk=1)
+    assert whole["chunk_work"] > 40 * one["chunk_work"]     # N models scored per client
+    assert whole["pairwise"] >= 64 * 64 * 4 * 3
+    limit = (whole["total"] + one["total"]) // 2
+    called = []
+    real = experiment.run_rounds
+    monkeypatch.setattr(experiment, "run_rounds", lambda *a, **k: called.append(1) or real(*a, **k))
+    with pytest.raises(ValueError, match=r"--chunk \d+ fits") as refused:
+        run_experiment(cfg(None), progress=False, memory_limit=limit)
+    assert not called                                        # refused before any round ran
+    chunk = int(re.search(r"--chunk (\d+) fits", str(refused.value)).group(1))
+    assert 1 <= chunk < 64
+    out = run_experiment(cfg(chunk), progress=False, memory_limit=limit)
+    assert called and out["layout"]["chunk"] == chunk
+    assert out["layout"]["estimated_bytes"]["total"] <= limit
