@@ -555,7 +555,31 @@ def main(argv=None) -> int:
             return 141
 
 
+def split_plugins(argv) -> tuple[list[str], list[str]]:
+    """(plugin paths, the rest): leading ``--plugin PATH`` / ``--plugin=PATH`` arguments,
+    after those of ``FEDCLUST_PLUGINS`` (``registration.env_plugins``)."""
+    from fedclust_jax.registration import env_plugins
+    rest, plugins = list(sys.argv[1:] if argv is None else argv), env_plugins()
+    while rest and (rest[0] == "--plugin" or rest[0].startswith("--plugin=")):
+        if rest[0] == "--plugin":
+            if len(rest) < 2:
+                raise ValueError("--plugin needs the path of a .py file")
+            plugins.append(rest[1])
+            rest = rest[2:]
+        else:
+            plugins.append(rest[0].split("=", 1)[1])
+            rest = rest[1:]
+    return plugins, rest
+
+
 def _main(argv, state: RunState) -> int:
+    try:
+        plugins, argv = split_plugins(argv)
+        if plugins:
+            from fedclust_jax.registration import load_plugins
+            load_plugins(plugins)
+    except ValueError as e:
+        return error(e)
     args = make_parser().parse_args(argv)
     state.command = args.command
     if args.command == "list":

@@ -90,3 +90,16 @@ def test_checkpoint_resume_equals_the_uninterrupted_run(tmp_path):
     resumed = run_experiment(config(rounds=4), progress=False, checkpoint=path)
     assert resumed["history"]["distance"] == pytest.approx(whole["history"]["distance"], rel=1e-6)
     assert resumed["metrics"]["test_loss"] == pytest.approx(whole["metrics"]["test_loss"], rel=1e-6)
+
+
+def test_cli_takes_plugins(tmp_path, capsys):
+    from fedclust_jax import cli
+    import json
+    plugins = [a for p in PLUGINS for a in ("--plugin", p)]
+    study = tmp_path / "study.json"
+    study.write_text(json.dumps(dict(dataset="swapped-labels", data=DATA, model="resmlp",
+                                     rounds=2, algorithms={"fesem": PARAMS})))
+    code = cli.main(plugins + ["run", "--config", str(study), "--no-progress"])
+    assert code == 0 and "fesem" in capsys.readouterr().out
+    assert cli.main(["--plugin", str(tmp_path / "missing.py"), "list"]) == 2
+    assert "does not exist" in capsys.readouterr().err
