@@ -1,0 +1,463 @@
+"""Each hot program against the machine's limits: FLOPs and bytes of the compiled program,
+measured seconds, and the fractions of a GEMM peak and a copy bandwidth probed in the same
+process.
+
+Programs (``--programs``; synthetic stand-in data of the real shapes, recorded as such):
+  ifca_mlp          IFCA round, option II, MLP 784-200-10, m clients x n, tau full-batch steps, K
+  femnist_cnn       IFCA round, FEMNIST CNN (28x28x1, 62 classes), 5 steps of batch 100, K = 4
+  shakespeare_lstm  IFCA round, LSTM 2 x 256 on 80-token windows, 5 steps of batch 10, K = 2
+  srfca_cross_loss  SR-FCA ONE_SHOT's [N, N] cross-loss matrix (``core.oneshot.client_distances``)
+  trimmed_mean      ``core.robust.cluster_trimmed_mean`` of [N, d] uploads, K = 4, beta = 0.1
+  median            ``core.robust.cluster_median`` of the same
+  ifca_sweep16      16 step sizes of the ifca_mlp round vmapped (``algorithms.hparams.rebuild``)
+  local_steps_mlp   (not in the default list) m clients' 10 local steps of that MLP, one client
+                    at a time (``map_clients(chunk=1)``) on each device of a ``clients`` mesh
+                    (``shard_map``); ``--split-devices D`` reruns it in a child process with D
+                    host devices
+
+FLOPs and bytes: XLA's cost analysis (``compiled.cost_analysis()``) counts a while loop's body
+once, whatever its trip count, and every round here is a ``lax.scan`` over clients and local
+steps. ``flops`` and ``bytes`` are XLA's raw figures (kept as ``xla_flops_raw``,
+``xla_bytes_raw``) plus the repeats: ``hlo_costs`` recounts the compiled HLO the way XLA does
+(dot / convolution / elementwise / reduce FLOPs; bytes read and written by every unfused
+instruction, a fusion's sliced operands counted by the slice) once with each computation
+weighted by its loops' known trip counts and once unweighted (``check_*``: equal to XLA's raw
+figures but for ops it does not count, such as a sort's comparisons). Bytes are XLA's
+operand + result bytes, not DRAM traffic: a client's weights reused from cache count at every
+step, so a fraction of the copy bandwidth above 1 means cache-resident traffic.
+
+Limits, measured in the same process: ``gemm``: best f32 a @ b at 2048-4096 (GFLOP/s);
+``copy``: 8 in-place passes of x + 1 over a 256 MiB float32 array in one loop, bytes read +
+written (GB/s). On a GPU the
+vendor's dense TF32 / BF16 peaks and HBM bandwidth are printed beside where the kind is known.
+
+    python benchmarks/roofline.py [--quick] [--programs P ...] [--split-devices 2] \
+        [--json PATH] [--out PATH.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import output_file, printed_to  # noqa: E402
+
+PROGRAMS = ("ifca_mlp", "femnist_cnn", "shakespeare_lstm", "srfca_cross_loss", "trimmed_mean",
+            "median", "ifca_sweep16")
+EXTRA = ("local_steps_mlp",)
+# (full, quick) sizes
+SIZES = {"ifca_mlp": (dict(m=2400, n=100), dict(m=24, n=20)),
+         "femnist_cnn": (dict(m=10, n=200, batch=100), dict(m=2, n=20, batch=10)),
+         "shakespeare_lstm": (dict(m=4, n=100, batch=10), dict(m=2, n=8, batch=4)),
+         "srfca_cross_loss": (dict(m=100, n=600), dict(m=8, n=20)),
+         "trimmed_mean": (dict(m=1000, d=50_000), dict(m=40, d=500)),
+         "median": (dict(m=1000, d=50_000), dict(m=40, d=500)),
+         "ifca_sweep16": (dict(m=96, n=100), dict(m=8, n=10)),
+         "local_steps_mlp": (dict(m=240, n=100), dict(m=8, n=10))}
+VENDOR = {  # dense peaks: TF32 and BF16 tensor TFLOP/s, HBM TB/s (SXM parts)
+    "H100": dict(tf32_tflops=494.7, bf16_tflops=989.4, hbm_tb_s=3.35),
+    "H200": dict(tf32_tflops=494.7, bf16_tflops=989.4, hbm_tb_s=4.8)}
+
+# ------------------------------------------------------------------ HLO cost, loops weighted
+_DTYPE_BYTES = dict(pred=1, s8=1, u8=1, s16=2, u16=2, f16=2, bf16=2, s32=4, u32=4, f32=4,
+                    s64=8, u64=8, f64=8, c64=8, c128=16)
+_SHAPE = re.compile(r"\b(" + "|".join(_DTYPE_BYTES) + r")\[([\d,]*)\]")
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(.+?)\s+([a-z][\w\-]*)\((.*?)\)(.*)$")
+_HEAD = re.compile(r"^(ENTRY\s+)?%([\w.\-]+)\s+\(.*\{\s*$")
+_ELEMENTWISE = set("add subtract multiply divide maximum minimum negate abs compare select "
+                   "clamp remainder".split())   # as XLA: transcendentals are not FLOPs
+_NO_BYTES = set("parameter get-tuple-element tuple constant bitcast while call conditional "
+                "after-all opt-barrier partition-id replica-id iota".split())
+_SLICES = ("dynamic-slice", "slice", "gather")
+
+
+def _shapes(type_str):
+    return [(d, [int(v) for v in dims.split(",") if v]) for d, dims in _SHAPE.findall(type_str)]
+
+
+def _nbytes(type_str):
+    return sum(_DTYPE_BYTES[d] * math.prod(s) for d, s in _shapes(type_str))
+
+
+def _parse(text):
+    comps, entry, cur = {}, None, None
+    for line in text.splitlines():
+        h = _HEAD.match(line)
+        if h:
+            cur = comps.setdefault(h.group(2), [])
+            entry = h.group(2) if h.group(1) else entry
+            continue
+        m = _INSTR.match(line)
+        if m and cur is not None:
+            name, typ, op, operands, attrs = m.groups()
+            cur.append(dict(name=name, type=typ, op=op, attrs=attrs, root="ROOT" in line[:8],
+                            operands=re.findall(r"%([\w.\-]+)", operands),
+                            number=int(operands) if op == "parameter" else None))
+    return comps, entry
+
+
+def _instr_flops(ins, shape_of):
+    out = _shapes(ins["type"])
+    n_out = math.prod(out[0][1]) if out else 0
+    if ins["op"] == "dot":
+        lhs = _shapes(shape_of[ins["operands"][0]])[0][1]
+        dims = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", ins["attrs"]).group(1)
+        return 2 * n_out * math.prod(lhs[int(i)] for i in dims.split(",") if i)
+    if ins["op"] == "convolution":
+        kernel = _shapes(shape_of[ins["operands"][1]])[0][1]
+        labels = re.search(r"dim_labels=\w+_(\w+)->", ins["attrs"]).group(1)
+        return 2 * n_out * math.prod(kernel) // kernel[labels.index("o")]
+    if ins["op"] == "reduce":
+        return math.prod(_shapes(shape_of[ins["operands"][0]])[0][1])
+    return n_out if ins["op"] in _ELEMENTWISE else 0
+
+
+def _fusion_bytes(ins, comps, shape_of):
+    """Bytes a fusion reads and writes: an operand used only through slices counts the slices;
+    an in-place dynamic-update-slice buffer counts its update, read and written."""
+    body = comps[re.search(r"calls=%([\w.\-]+)", ins["attrs"]).group(1)]
+    inner = {i["name"]: i for i in body}
+    params = {i["number"]: i["name"] for i in body if i["op"] == "parameter"}
+    total = 0
+    for k, operand in enumerate(ins["operands"]):
+        pname = params.get(k)
+        us = [i for i in body if pname in i["operands"]]
+        if us and all(u["op"] in _SLICES + ("dynamic-update-slice",)
+                      and u["operands"][0] == pname for u in us):   # sliced, or updated in place
+            total += sum(_nbytes(u["type"]) for u in us if u["op"] in _SLICES)
+        else:
+            total += _nbytes(shape_of[operand])
+    root = next(i for i in body if i["root"])
+    for o in ([inner[o] for o in root["operands"]] if root["op"] == "tuple" else [root]):
+        total += (2 * _nbytes(inner[o["operands"][1]]["type"])
+                  if o["op"] == "dynamic-update-slice" else _nbytes(o["type"]))
+    return total
+
+
+def hlo_costs(text, loops=True):
+    """(flops, bytes, loops without a known trip count) of compiled HLO ``text``; each
+    computation weighted by the trip counts of the while loops around it (``loops``)."""
+    comps, entry = _parse(text)
+    callers, fused, unknown = {}, set(), 0
+    for c, body in comps.items():
+        for ins in body:
+            n, targets = 1, re.findall(r"(?:body|condition|calls|to_apply)=%([\w.\-]+)",
+                                       ins["attrs"])
+            if ins["op"] == "while":
+                trip = re.search(r'"known_trip_count":\{"n":"(\d+)"', ins["attrs"])
+                unknown += trip is None
+                n = int(trip.group(1)) if (trip and loops) else 1
+            elif ins["op"] == "fusion":
+                fused.update(targets)
+            elif ins["op"] not in ("call", "conditional", "async-start"):
+                continue   # reduce / sort / scatter appliers: counted with their op
+            if ins["op"] == "conditional":
+                targets = re.findall(r"%([\w.\-]+)", ins["attrs"].split("branch_computations")[-1]
+                                     .split("}")[0])
+            for t in targets:
+                callers.setdefault(t, []).append((c, n))
+    weight = {}
+
+    def weigh(c):
+        if c not in weight:
+            weight[c] = 1.0 if c == entry else sum(weigh(a) * n for a, n in callers.get(c, ()))
+        return weight[c]
+
+    for c in comps:
+        weigh(c)
+    flops = nbytes = 0.0
+    for c, w in weight.items():
+        body = comps[c] if w else ()
+        shape_of = {i["name"]: i["type"] for i in body}
+        for ins in body:
+            flops += w * _instr_flops(ins, shape_of)
+            if c in fused or ins["op"] in _NO_BYTES:
+                continue
+            if ins["op"] == "fusion":
+                b = _fusion_bytes(ins, comps, shape_of)
+            elif ins["op"] in _SLICES:
+                b = 2 * _nbytes(ins["type"])
+            elif ins["op"] == "dynamic-update-slice":
+                b = 2 * _nbytes(shape_of[ins["operands"][1]])
+            else:
+                b = _nbytes(ins["type"]) + sum(_nbytes(shape_of[o]) for o in ins["operands"]
+                                               if o in shape_of)
+            nbytes += w * b
+    return flops, nbytes, unknown
+
+
+def cost(compiled, parts=1):
+    """dict: flops and bytes = XLA's raw cost analysis (a dict, or a list of dicts on some
+    versions) plus what ``hlo_costs`` adds by repeating every loop body its trip count
+    times, times ``parts`` for a program split over that many devices (its HLO is one
+    device's); the raw figures and ``hlo_costs`` with every weight 1 (which should equal them
+    but for uncounted ops such as sorts' comparisons) are kept beside."""
+    ca = compiled.cost_analysis()
+    ca = (ca[0] if ca else {}) if isinstance(ca, (list, tuple)) else (ca or {})
+    text = compiled.as_text()
+    flops, nbytes, unknown = hlo_costs(text)
+    flops1, bytes1, _ = hlo_costs(text, loops=False)
+    raw_flops, raw_bytes = float(ca.get("flops", 0.0)), float(ca.get("bytes accessed", 0.0))
+    return dict(flops=parts * (raw_flops + flops - flops1),
+                bytes=parts * (raw_bytes + nbytes - bytes1), partitions=parts,
+                xla_flops_raw=raw_flops, xla_bytes_raw=raw_bytes,
+                check_flops_unweighted=flops1, check_bytes_unweighted=bytes1,
+                loops_without_trip_count=unknown)
+
+
+def seconds(fn, args, repeats):
+    """Median seconds of ``fn(*args)`` over ``repeats`` calls after one warm-up call."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+# ------------------------------------------------------------------ probes
+def gemm_probe(sizes=(2048, 3072, 4096), repeats=3, dtype=jnp.float32):
+    """Best achieved FLOP/s of a @ b (n x n, ``dtype``) over ``sizes`` and ``repeats``."""
+    best = 0.0
+    for n in sizes:
+        a = jax.random.normal(jax.random.key(n), (n, n), dtype)
+        f = jax.jit(lambda a, b: a @ b)
+        best = max(best, 2 * n ** 3 / seconds(f, (a, a), repeats))
+    return best
+
+
+def copy_probe(mib=256, repeats=3, passes=8):
+    """Bytes read + written per second by ``passes`` in-place passes of x + 1 over a ``mib``
+    MiB float32 array inside one program (a loop, so no pass allocates or faults in pages),
+    plus the copy of the input that XLA makes before the loop."""
+    x = jnp.zeros((mib * 2 ** 18,), jnp.float32)
+    f = jax.jit(lambda x: jax.lax.fori_loop(0, passes, lambda i, x: x + 1.0, x))
+    return 2 * (passes + 1) * x.nbytes / seconds(f, (x,), repeats)
+
+
+# ------------------------------------------------------------------ programs
+def _data(m, n, feature, classes, *, tokens=False):
+    from fedclust_jax.data.federated import FederatedData
+    kx, ky = jax.random.split(jax.random.key(0))
+    x = (jax.random.randint(kx, (m, n, *feature), 0, classes) if tokens
+         else jax.random.uniform(kx, (m, n, *feature)))
+    y = jax.random.randint(ky, (m, n), 0, classes)
+    count = jnp.full((m,), n, jnp.int32)
+    return FederatedData(x=x, y=y, count=count, x_test=x[:, :1], y_test=y[:, :1],
+                         count_test=jnp.ones_like(count), cluster=jnp.zeros_like(count),
+                         num_classes=classes)
+
+
+def _ifca_round(model, data, k, local, chunk="auto"):
+    from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
+    alg = IFCA(model, IFCAConfig(num_clusters=k, option="model", local=local, chunk=chunk))
+    return alg, alg.init(jax.random.key(1), data)
+
+
+def build(name, s, chunk="auto"):
+    """(function, args, description) of program ``name`` at sizes ``s``."""
+    from fedclust_jax.core.train import LocalTraining
+    from fedclust_jax.models.mlp import mlp
+    key = jax.random.key(2)
+    if name in ("ifca_mlp", "ifca_sweep16"):
+        data = _data(s["m"], s["n"], (784,), 10)
+        alg, state = _ifca_round(mlp((784, 200, 10)), data, 4, LocalTraining(steps=10, lr=0.1),
+                                 chunk)
+        what = (f"IFCA option II, MLP 784-200-10, m={s['m']}, n={s['n']}, tau=10 full batch, "
+                f"K=4, chunk {chunk}")
+        if name == "ifca_mlp":
+            return alg.round, (state, key, data), what
+        from fedclust_jax.algorithms import hparams
+        lrs = jnp.geomspace(0.01, 0.3, 16)
+        sweep = jax.vmap(lambda lr, st, d: hparams.rebuild(alg, {"lr": lr}).round(st, key, d),
+                         in_axes=(0, None, None))
+        return sweep, (lrs, state, data), "16 step sizes vmapped, each " + what
+    if name == "local_steps_mlp":   # the clients split over a mesh of every device
+        from jax.sharding import PartitionSpec
+        from fedclust_jax.core.clients import map_clients
+        from fedclust_jax.core.sharding import AXIS, client_mesh
+        from fedclust_jax.core.train import local_train
+        model, local = mlp((784, 200, 10)), LocalTraining(steps=10, lr=0.1)
+        data = _data(s["m"], s["n"], (784,), 10)
+        p0 = model.init(jax.random.key(1))
+        keys = jax.random.split(key, s["m"])
+        one = lambda x, y, c, k: local_train(model, local, p0, x, y, c, k, 0.1)
+        walk = lambda x, y, c, k: map_clients(one, x, y, c, k, chunk=1)
+        fn = jax.shard_map(walk, mesh=client_mesh(), in_specs=PartitionSpec(AXIS),
+                           out_specs=PartitionSpec(AXIS))
+        return fn, (data.x, data.y, data.count, keys), (
+            f"m={s['m']} clients' 10 full-batch local steps of MLP 784-200-10, n={s['n']}, "
+            f"one client at a time on each of {jax.device_count()} device(s) (shard_map)")
+    if name in ("femnist_cnn", "shakespeare_lstm"):
+        from fedclust_jax.models.cnn import femnist_cnn
+        from fedclust_jax.models.lstm import shakespeare_lstm
+        cnn = name == "femnist_cnn"
+        data = (_data(s["m"], s["n"], (28, 28, 1), 62) if cnn
+                else _data(s["m"], s["n"], (80,), 80, tokens=True))
+        alg, state = _ifca_round(femnist_cnn(62) if cnn else shakespeare_lstm(80), data,
+                                 4 if cnn else 2, LocalTraining(5, 0.04 if cnn else 0.8,
+                                                                batch_size=s["batch"]), chunk)
+        return alg.round, (state, key, data), (
+            f"IFCA option II, {'FEMNIST CNN' if cnn else 'LSTM 2x256, 80-token windows'}, "
+            f"m={s['m']}, n={s['n']}, 5 steps of batch {s['batch']}, K={4 if cnn else 2}, "
+            f"chunk {chunk}")
+    if name == "srfca_cross_loss":
+        from fedclust_jax.core.oneshot import client_distances
+        model = mlp((784, 200, 10))
+        data = _data(s["m"], s["n"], (784,), 10)
+        local = jax.vmap(model.init)(jax.random.split(key, s["m"]))
+        fn = lambda p, d: client_distances(model, p, d, "cross_loss", chunk=chunk)
+        return fn, (local, data), (f"[N, N] cross-loss of N={s['m']} MLP 784-200-10 client "
+                                   f"models, n={s['n']} each, chunk {chunk}")
+    from fedclust_jax.core import robust
+    values = jax.random.normal(key, (s["m"], s["d"]))
+    assign = jax.random.randint(jax.random.key(3), (s["m"],), 0, 4)
+    prev = jnp.zeros((4, s["d"]))
+    fn = ((lambda v, a, p: robust.cluster_trimmed_mean(v, a, p, 0.1)) if name == "trimmed_mean"
+          else (lambda v, a, p: robust.cluster_median(v, a, p)))
+    return fn, (values, assign, prev), (f"coordinate-wise {name.replace('_', ' ')}"
+                                        f"{' (beta 0.1)' * (name == 'trimmed_mean')}, "
+                                        f"N={s['m']}, d={s['d']}, K=4, packed sort")
+
+
+def measure(name, s, repeats, chunk="auto"):
+    fn, args, what = build(name, s, chunk)
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    rec = dict(program=name, what=what, data="synthetic stand-in of the real shapes",
+               sizes=s, compile_s=time.perf_counter() - t0,
+               **cost(compiled, jax.device_count() if name == "local_steps_mlp" else 1))
+    rec["seconds"] = seconds(compiled, args, repeats)
+    return rec
+
+
+def against(rec, limits):
+    """``rec`` with its rates and their fractions of ``limits``."""
+    rec.update(limits, flops_per_s=rec["flops"] / rec["seconds"],
+               bytes_per_s=rec["bytes"] / rec["seconds"],
+               memory_floor_s=rec["bytes"] / limits["copy_bytes_per_s"])
+    rec["fraction_of_gemm_peak"] = rec["flops_per_s"] / limits["gemm_flops_per_s"]
+    rec["fraction_of_bandwidth"] = rec["bytes_per_s"] / limits["copy_bytes_per_s"]
+    return rec
+
+
+def machine(limits):
+    dev = jax.devices()[0]
+    kind = getattr(dev, "device_kind", "")
+    vendor = next((v for k, v in VENDOR.items() if k in kind), None)
+    return dict(backend=jax.default_backend(), device=kind, devices=jax.device_count(),
+                processor=platform.processor() or platform.machine(), cpus=os.cpu_count(),
+                jax_version=jax.__version__, vendor_peak=vendor, **limits)
+
+
+def probes(quick, again=False):
+    """The limits; ``again``: the short form probed after every program."""
+    sizes, reps = ((512, 1024), 2) if quick else ((2048,), 3) if again else ((2048, 3072, 4096), 3)
+    limits = dict(gemm_flops_per_s=gemm_probe(sizes, reps),
+                  copy_bytes_per_s=copy_probe(32 if quick else 256, reps))
+    if jax.default_backend() != "cpu":
+        limits["gemm_bf16_flops_per_s"] = gemm_probe(sizes, reps, jnp.bfloat16)
+    return limits
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small sizes (a test, CI)")
+    p.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=PROGRAMS + EXTRA)
+    p.add_argument("--chunk", default="auto", help="client layout: auto, none or an int >= 1")
+    p.add_argument("--repeats", type=int, default=3, help="timed calls after a warm-up")
+    p.add_argument("--split-devices", type=int, default=0, metavar="D",
+                   help="also time local_steps_mlp in a child process with D host devices "
+                        "(clients split over them, shard_map), its probes measured there")
+    p.add_argument("--json", type=output_file, default=None, help="write the records here")
+    p.add_argument("--out", type=output_file, default=None, help="also write the table here")
+    args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.chunk not in ("auto", "none") and not args.chunk.isdigit() or args.chunk == "0":
+        p.error(f"--chunk must be auto, none or a positive number of clients, got {args.chunk}")
+    chunk = {"auto": "auto", "none": None}.get(args.chunk, args.chunk)
+    chunk = int(chunk) if isinstance(chunk, str) and chunk.isdigit() else chunk
+    with printed_to(args.out, __file__):
+        return table(args, chunk)
+
+
+def table(args, chunk):
+    """Probes, then each program followed by a short probe; every fraction is of the best
+    probe of the run (so a probe taken while the machine was busier never flatters)."""
+    history = [probes(args.quick)]
+    print(f"load at start {os.getloadavg()}", flush=True)
+    records = []
+    for name in args.programs:
+        r = measure(name, SIZES[name][1 if args.quick else 0], args.repeats, chunk)
+        r["load_after"] = os.getloadavg()
+        records.append(r)
+        history.append(probes(args.quick, again=True))
+        print(f"{name}: {r['seconds']:.3f} s, load after {r['load_after']}", flush=True)
+    limits = {k: max(h[k] for h in history) for k in history[0]}
+    info = machine(limits)
+    for r in records:
+        against(r, limits).update(info, probes=history)
+    if args.split_devices > 1:
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_force_"
+                                              f"host_platform_device_count={args.split_devices}"))
+            subprocess.run([sys.executable, __file__, "--programs", "local_steps_mlp", "--json",
+                            f"{tmp}/r.json", "--repeats", str(args.repeats)]
+                           + ["--quick"] * args.quick, env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+            with open(f"{tmp}/r.json") as f:
+                records += json.load(f)["records"]
+    print(f"\n{info['backend']} ({info['device']}, {info['processor']}, {info['cpus']} cores, "
+          f"{info['devices']} device(s)), jax {info['jax_version']}: best of {len(history)} "
+          f"probes: GEMM (f32) {limits['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s (all: "
+          + ", ".join(f"{h['gemm_flops_per_s'] / 1e9:.1f}" for h in history)
+          + f"), copy {limits['copy_bytes_per_s'] / 1e9:.1f} GB/s (all: "
+          + ", ".join(f"{h['copy_bytes_per_s'] / 1e9:.1f}" for h in history) + ")"
+          + (f", bf16 GEMM {limits['gemm_bf16_flops_per_s'] / 1e12:.1f} TFLOP/s"
+             if "gemm_bf16_flops_per_s" in limits else ""))
+    if info["vendor_peak"]:
+        v = info["vendor_peak"]
+        print(f"Vendor peaks ({info['device']}): TF32 {v['tf32_tflops']} TFLOP/s, BF16 "
+              f"{v['bf16_tflops']} TFLOP/s dense, HBM {v['hbm_tb_s']} TB/s")
+    print("\n| program | devices | GFLOP | GB | s | GFLOP/s | GB/s | of GEMM peak | of copy "
+          "bandwidth | XLA raw GFLOP / GB (loop bodies once) | load after |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    for r in records:
+        _row(r)
+    print("\nPrograms (synthetic stand-in data of the real shapes):")
+    for r in records:
+        print(f"- {r['program']} ({r['devices']} device(s); fractions of its own process's "
+              f"probes, GEMM {r['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s, copy "
+              f"{r['copy_bytes_per_s'] / 1e9:.1f} GB/s): {r['what']}")
+    print(f"\nLoad at end: {os.getloadavg()}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(machine=info, records=records), f, indent=1)
+    return records
+
+
+def _row(r):
+    print(f"| {r['program']} | {r['devices']} | {r['flops'] / 1e9:.2f} | {r['bytes'] / 1e9:.2f} | "
+          f"{r['seconds']:.3f} | {r['flops_per_s'] / 1e9:.1f} | {r['bytes_per_s'] / 1e9:.1f} | "
+          f"{r['fraction_of_gemm_peak']:.2f} | {r['fraction_of_bandwidth']:.2f} | "
+          f"{r['xla_flops_raw'] / 1e9:.3f} / {r['xla_bytes_raw'] / 1e9:.3f} | "
+          f"{r['load_after'][0]:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
