@@ -100,7 +100,7 @@ def main(argv=None):
             separate.append(timed(cli + ["run", "--config", str(tmp / "single.toml"),
                                          "--lr", str(lr), "--seed", str(seed), "--no-progress",
                                          "--output", str(out)], env))
-            loss = json.loads(out.read_text())[0]["metrics"]["test_loss"]
+            loss = json.loads(out.read_text())["metrics"]["test_loss"]
             diffs.append(abs(loss - swept[(seed, lr)]))
             print(f"run seed {seed} lr {lr}: {separate[-1]:.1f} s, test loss {loss:.6g}", flush=True)
     load_end = uptime()
