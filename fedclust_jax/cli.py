@@ -260,6 +260,11 @@ def make_parser() -> argparse.ArgumentParser:
     lst.add_argument("name", nargs="?", help="an algorithm, dataset, model or preset")
     from fedclust_jax.plot import add_plot_parser  # `plot`: matplotlib imported only to draw
     add_plot_parser(sub)
+    from fedclust_jax import reproduce
+    reproduce.add_arguments(sub.add_parser(
+        "reproduce", help="reproduce a paper's table or figure from its study file",
+        description="Run a paper table's study file (benchmarks/<paper>/) and write it beside "
+                    "the paper's numbers; --list names the tables."))
     return parser
 
 
@@ -588,6 +593,9 @@ def _main(argv, state: RunState) -> int:
         except ValueError as e:
             return error(e)
         return 0
+    if args.command == "reproduce":
+        from fedclust_jax import reproduce
+        return reproduce.main(args)
     if args.command == "plot":
         from fedclust_jax.plot import plot_command
         try:

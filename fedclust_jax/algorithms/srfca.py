@@ -42,7 +42,7 @@ clients_per_cluster, at most M clients train per round, a static buffer filled
 round-robin over clusters; None = min(N, K_max * S), which never drops a drawn client).
 refine_init="common" (every REFINE restarts from the common w_0) is a third option.
 With "sequential" the code's REFINE schedule (5 local steps x 10 clients per round)
-trains as far as the paper reports (benchmarks/results/srfca_mnist.md).
+trains as far as the paper reports (benchmarks/results/srfca/tables2-3-5_mnist.md).
 """
 
 from __future__ import annotations
