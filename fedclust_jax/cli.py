@@ -607,7 +607,7 @@ def _main(argv, state: RunState) -> int:
     from fedclust_jax.config_check import check_study_value
     from fedclust_jax.experiment import checkpoint_paths, run_study, study_configs
     from fedclust_jax.progress import raise_lost_interrupt
-    from fedclust_jax.results import (format_curves, format_data_line, format_layouts,
+    from fedclust_jax.results import (format_curves, format_layouts,
                                       format_settings, format_table, planned_settings,
                                       save_results)
     try:
@@ -631,7 +631,7 @@ def _main(argv, state: RunState) -> int:
             effective settings, flushed, so they show before anything compiles."""
             raise_lost_interrupt()
             if state.label is None:
-                print(format_data_line(data.summary()))
+                print(data.summary())
                 print(format_settings(planned_settings(configs, data)), flush=True)
             state.label = label
         results = run_study(study, progress=not args.no_progress, checkpoint=args.checkpoint,

@@ -115,12 +115,6 @@ def format_settings(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def format_data_line(summary: str) -> str:
-    """The data line printed above a run: ``FederatedData.summary()`` with "true clusters 0"
-    (the data carry no cluster labels, e.g. FEMNIST) said as "unknown"."""
-    return summary.replace("true clusters 0", "true clusters unknown")
-
-
 def planned_settings(configs, data) -> list[dict]:
     """Result-shaped entries ({"algorithm", "config", "effective"}) for ``format_settings``
     before anything runs: every parameter as it will run on ``data`` (defaults and

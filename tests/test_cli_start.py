@@ -12,7 +12,6 @@ import sys
 from fedclust_jax import experiment
 from fedclust_jax.cli import main
 from fedclust_jax.progress import Progress, duration
-from fedclust_jax.results import format_data_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--data", "num_clients=8", "--data", "dim=5", "--rounds", "3"]
@@ -95,11 +94,19 @@ def test_a_run_of_days_says_days_and_a_short_run_no_warning():
         ["45 s", "12 min", "4.0 h", "3.0 days"]
 
 
-def test_unknown_true_clusters_are_said_unknown():
-    assert format_data_line("3597 clients, classification, features (28, 28, 1), train "
-                            "examples per client 1..400 (total 1), true clusters 0") \
-        .endswith("true clusters unknown")
-    assert format_data_line("x, true clusters 2").endswith("true clusters 2")
+def test_unknown_true_clusters_are_said_unknown_in_the_summary_and_the_json():
+    import jax
+    import numpy as np
+    from fedclust_jax.data.synthetic import mixed_linear_regression
+    from fedclust_jax.experiment import ExperimentConfig, run_experiment
+    data = mixed_linear_regression(jax.random.key(0), num_clients=4, dim=5,
+                                   samples_per_client=10, test_samples_per_client=10)
+    unlabeled = data.replace(cluster=np.full_like(np.asarray(data.cluster), -1))
+    assert unlabeled.summary().endswith("true clusters unknown")
+    assert data.summary().endswith(f"true clusters {data.num_true_clusters}")
+    cfg = ExperimentConfig(dataset="synthetic-regression", algorithm="fedavg", rounds=1)
+    r = run_experiment(cfg, data=unlabeled, progress=False)
+    assert r["data"].endswith("true clusters unknown")
 
 
 def test_run_output_is_one_object_and_compare_a_list(tmp_path, capsys):

@@ -112,10 +112,18 @@ class FederatedData:
         return self
 
     def summary(self) -> str:
-        c = np.asarray(self.count)
-        return (f"{self.num_clients} clients, {self.task}, features {self.feature_shape}, "
-                f"train examples per client {c.min()}..{c.max()} (total {c.sum()}), "
-                f"true clusters {self.num_true_clusters}")
+        return summary_head(self)
+
+
+def summary_head(data) -> str:
+    """One line on a data set (``FederatedData`` or ``FederatedViews``): clients, task,
+    features, training examples per client, true clusters ("unknown" when the clients carry
+    no cluster label, e.g. FEMNIST)."""
+    c = np.asarray(data.count)
+    k = data.num_true_clusters
+    return (f"{data.num_clients} clients, {data.task}, features {data.feature_shape}, "
+            f"train examples per client {c.min()}..{c.max()} (total {c.sum()}), "
+            f"true clusters {k if k else 'unknown'}")
 
 
 def tree_nbytes(tree) -> int:

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from fedclust_jax.data.federated import FederatedData, check_dtype, tree_nbytes
+from fedclust_jax.data.federated import FederatedData, check_dtype, summary_head, tree_nbytes
 from fedclust_jax.data.transforms import ClusterTransform, pixel_permutation
 
 
@@ -174,10 +174,7 @@ class FederatedViews:
                              num_classes=self.num_classes)
 
     def summary(self) -> str:
-        c = np.asarray(self.count)
-        return (f"{self.num_clients} clients, {self.task}, features {self.feature_shape}, "
-                f"train examples per client {c.min()}..{c.max()} (total {c.sum()}), "
-                f"true clusters {self.num_true_clusters}; views of a pool of "
+        return (f"{summary_head(self)}; views of a pool of "
                 f"{self.pool_x.shape[0]} {self.pool_x.dtype} examples, "
                 f"{self.nbytes / 2**20:.1f} MiB")
 
