@@ -219,36 +219,6 @@ def test_a_folder_as_figure_path_suggests_a_png(tmp_path, capsys):
             in capsys.readouterr().err)
 
 
-def test_paper_figures_read_their_committed_results(tmp_path):
-    """brifca_figure1.py --figure (from its committed JSONL records) and
-    threshold_figure4.py --from-md read the committed results (values checked against
-    the tables) and draw a PNG."""
-    import os
-    import sys
-    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
-    sys.path.insert(0, bench)
-    try:
-        import brifca_figure1 as br
-        import threshold_figure4 as th
-    finally:
-        sys.path.remove(bench)
-    table = br.cells_table(br.read_cells([os.path.join(bench, "results", "brifca_figure1.jsonl")]))
-    want = {(5, 200, d) for d in (20, 50, 100, 200, 500)} | {(2, 80, 500)}
-    assert want <= set(table) and all(len(cells) == 5 for cells in table.values())
-    assert [round(v, 3) for v in table[(5, 200, 20)]["IFCA-FedAvg"]] == [0.628, 0.015]
-    assert [round(v, 3) for v in table[(2, 80, 500)][br.THREE_STAGE_R]] == [0.192, 0.005]
-    near = br.read_near_truth(os.path.join(bench, "results", "brifca_figure1.jsonl"))
-    assert len(near) == 10 and round(near[(5, 200, 20, "BR-IFCA median")][0], 3) == 0.040
-    assert round(near[(5, 200, 500, "BR-IFCA trimmed mean")][0], 3) == 0.187
-    br.draw_figure(table, near, str(tmp_path / "br.png"))
-    curves = th.read_tables(os.path.join(bench, "results", "threshold_figure4.md"))
-    assert list(curves) == ["blob-point", "offset", "data-points", "box"]
-    ls, f, l5 = curves["offset"][0.5]
-    assert ls[:4] == [0, 1, 2, 5] and f[0] == 9.975 and f[-1] == 0.605 and l5 == 38
-    th.draw_figure(curves, str(tmp_path / "th.png"), "test")
-    assert is_png(tmp_path / "br.png") and is_png(tmp_path / "th.png")
-
-
 def test_real_sweep_rows_average_over_seeds(tmp_path):
     """Rows written by `sweep` name their swept paths: the plot groups by ifca.lr alone and
     averages the two seeds, from the rows, the JSON and the CSV alike."""

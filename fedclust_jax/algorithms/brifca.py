@@ -15,7 +15,9 @@ the IFCA code's scaling (the sum of assigned gradients divided by all m); with a
 Byzantine machines are the last round(byz_frac * m) (``attacks.byzantine_mask``).
 Projection onto the ball of radius ``projection_radius`` (None: none, as the code).
 init="model": the model's own initialisation; "unit_bernoulli": every cluster model a
-Bernoulli(0.5) vector of norm 1 (the authors' code, for linear models).
+Bernoulli(0.5) vector of norm 1 (the authors' code, for linear models); "near_truth":
+theta_j = theta*_j + init_radius u_j, u_j a uniform random unit vector (the theory's good
+initialisation; needs the data's true parameters and a model with one parameter array).
 
 Memory: the robust rules need every upload at once: O(m*P) gradients (plus the sort's
 working copy) and chunk*(K + P + activations); the data arrays are read in place (all m
@@ -41,7 +43,7 @@ from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.core.keys import BRIFCA_KEYS, BRIFCA_INIT_KEYS
 
 STEPS = ("paper", "ifca")
-INITS = ("model", "unit_bernoulli")
+INITS = ("model", "unit_bernoulli", "near_truth")
 
 
 def check_fracs(trim_frac, byz_frac):
@@ -51,11 +53,26 @@ def check_fracs(trim_frac, byz_frac):
         raise ValueError(f"byz_frac must be in [0, 1), got {byz_frac}")
 
 
-def robust_init(model, key, k: int, init: str):
-    """[K, ...] initial cluster params (see module docstring for ``init``)."""
+def near_truth(params, truth, key, radius):
+    """The one parameter array of ``params`` [K, ...] set to ``truth`` [K, ...] plus
+    ``radius`` times a uniform random unit vector per cluster."""
+    leaves, tree = jax.tree.flatten(params)
+    if len(leaves) != 1 or truth is None or leaves[0].shape != truth.shape:
+        raise ValueError('init="near_truth" needs data with true parameters of the shape of '
+                         "a one-array model's [K, ...] parameters; use init=\"model\"")
+    u = jax.random.normal(key, truth.shape).reshape(truth.shape[0], -1)
+    u = (u / jnp.linalg.norm(u, axis=1, keepdims=True)).reshape(truth.shape)
+    return jax.tree.unflatten(tree, [(truth + radius * u).astype(leaves[0].dtype)])
+
+
+def robust_init(model, key, k: int, init: str, truth=None, radius: float = 0.0):
+    """[K, ...] initial cluster params (see module docstring for ``init``; ``truth`` and
+    ``radius``: "near_truth"'s theta* [K, ...] and offset norm)."""
     params = jax.vmap(model.init)(jax.random.split(key, k))
     if init == "model":
         return params
+    if init == "near_truth":
+        return near_truth(params, truth, BRIFCA_INIT_KEYS.key(key, "noise"), radius)
     leaves, tree = jax.tree.flatten(params)
     keys = jax.random.split(BRIFCA_INIT_KEYS.key(key, "noise"), len(leaves))
     out = []
@@ -83,7 +100,8 @@ class BRIFCAConfig(ByzantineSetting):
     """num_clusters: k; aggregator: "median" (option I), "trimmed_mean" (option II) or
     another ``core.robust.RULES`` entry; trim_frac: beta; median: "mid" (paper) or "lower"
     (code's torch.median); local: lr = gamma (code 0.01), batch_size None = full local loss;
-    step, init, projection_radius: see module docstring; byz_frac: Byzantine fraction alpha;
+    step, init, projection_radius: see module docstring; init_radius: "near_truth"'s offset
+    norm; byz_frac: Byzantine fraction alpha;
     attack / attack_scale / attack_std / attack_eps / attack_z / placement: see
     ``fedclust_jax.attacks``; krum_frac, clip_tau, clip_iters, gm_iters: other rules'
     settings; method: coordinate-wise sorting backend; chunk: clients per vectorized chunk;
@@ -96,6 +114,7 @@ class BRIFCAConfig(ByzantineSetting):
     local: LocalTraining = LocalTraining(steps=1, lr=0.01)
     step: str = "paper"
     init: str = "model"
+    init_radius: float = 0.25
     projection_radius: float | None = None
     krum_frac: float = 0.1
     clip_tau: float = 1.0
@@ -117,6 +136,8 @@ class BRIFCAConfig(ByzantineSetting):
             raise ValueError(f"step must be one of {STEPS}, got {self.step!r}")
         if self.init not in INITS:
             raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
+        if not self.init_radius >= 0:
+            raise ValueError(f"init_radius must be >= 0, got {self.init_radius}")
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.projection_radius is not None and not self.projection_radius > 0:
@@ -151,10 +172,15 @@ class BRIFCA(ScoresClusters, Algorithm):
 
     def check_data(self, data):
         check_population(self.cfg, data.num_clients)
+        if self.cfg.init == "near_truth":
+            near_truth(jax.eval_shape(lambda: jax.vmap(self.model.init)(
+                jax.random.split(jax.random.key(0), self.cfg.num_clusters))),
+                data.true_params, jax.random.key(0), 0.0)
 
     def init(self, key, data, params=None) -> ClusterState:
         if params is None:
-            params = robust_init(self.model, key, self.cfg.num_clusters, self.cfg.init)
+            params = robust_init(self.model, key, self.cfg.num_clusters, self.cfg.init,
+                                 data.true_params, self.cfg.init_radius)
         return ClusterState(params=params, assign=jnp.full((data.num_clients,), -1, jnp.int32),
                             round=jnp.zeros((), jnp.int32))
 

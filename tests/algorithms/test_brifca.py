@@ -91,3 +91,17 @@ def test_registry_builds_and_validates():
         build_algorithm("fc", model, {"byz_frac": 0.99}, data)
     with pytest.raises(ValueError, match="clients"):
         build_algorithm("three-stage", model, {"num_clusters": 30}, data)
+
+
+def test_near_truth_init_starts_each_model_init_radius_from_its_truth(clean):
+    alg = BRIFCA(MODEL10, BRIFCAConfig(num_clusters=2, init="near_truth", init_radius=0.25))
+    alg.check_data(clean)
+    theta = alg.init(jax.random.key(5), clean).params["theta"]
+    gaps = np.linalg.norm(np.asarray(theta - clean.true_params), axis=1)
+    np.testing.assert_allclose(gaps, [0.25, 0.25], rtol=1e-5)
+    other = alg.init(jax.random.key(6), clean).params["theta"]
+    assert not np.allclose(theta, other)                     # the direction is drawn per key
+    with pytest.raises(ValueError, match="near_truth"):
+        alg.check_data(clean.replace(true_params=None))
+    with pytest.raises(ValueError, match="init_radius"):
+        BRIFCAConfig(init="near_truth", init_radius=-1.0)
