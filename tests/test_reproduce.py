@@ -10,7 +10,7 @@ import pytest
 
 from fedclust_jax import reproduce
 from fedclust_jax.experiment import run_experiment, study_configs
-from fedclust_jax.sweep import apply_point, parse_sweep
+from fedclust_jax.sweep import apply_point, parse_sweep, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -59,17 +59,35 @@ def test_committed_results_equal_their_raw_rows(path):
                                                   record["quick"])
 
 
-def test_a_row_equals_the_single_run_with_its_settings_and_seed():
-    spec = reproduce.load_spec("brifca-figure1")
-    study = reproduce.studies(spec, quick=True, seeds=[1])["a-k5-d20"]
-    study["algorithms"] = {"brifca-median": study["algorithms"]["brifca-median"]}
-    rows = reproduce.run_table({**spec, "study": study, "parts": None, "quick": {}},
-                               quick=False, progress=False)
-    base, _, _ = parse_sweep(study)
-    (_, cfg), = study_configs(apply_point(base, {"seed": 1}))
+def one_table_per_paper() -> list[str]:
+    """The first table id of every paper (sorted), one reproduction row checked per paper."""
+    ids = reproduce.table_ids()
+    return [next(t for t in ids if t.startswith(p + "-")) for p in reproduce.PAPERS
+            if any(t.startswith(p + "-") for t in ids)]
+
+
+@pytest.mark.parametrize("table_id", one_table_per_paper())
+def test_a_row_equals_the_single_run_with_its_settings_and_seed(table_id):
+    """The first algorithm of the table's first quick part, at its first seed and grid
+    point: the runner's row (run_sweep, or run_study for runner = "study") equals
+    ``run_experiment`` of the same settings, as ``fedclust-jax run`` would run it."""
+    spec = reproduce.load_spec(table_id)
+    study = next(iter(reproduce.studies(spec, quick=True).values()))
+    label = next(iter(study["algorithms"]))
+    study = {**study, "algorithms": {label: study["algorithms"][label]},
+             "sweep": {**study["sweep"], "seed": study["sweep"]["seed"][:1]}}
+    spec = {**spec, "study": study, "parts": None, "quick": {}}
+    runner = spec["table"].get("runner", "sweep")
+    rows = run_sweep(study, progress=False) if runner == "sweep" else \
+        reproduce._study_rows(study, progress=False)
+    base, paths, _ = parse_sweep(study)
+    (_, cfg), = study_configs(apply_point(base, {p: rows[0][p] for p in paths if p in rows[0]}))
     single = run_experiment(cfg, progress=False)
-    assert rows[0]["seed"] == 1
-    assert rows[0]["param_error"] == pytest.approx(single["metrics"]["param_error"], rel=1e-5)
+    metric = reproduce._as_list(spec["table"]["metric"])[0]
+    expected = single["restarts"][metric[len("restarts."):]] if metric.startswith("restarts.") \
+        else single["metrics"][metric]
+    assert rows[0]["seed"] == cfg.seed
+    assert rows[0][metric] == pytest.approx(expected, rel=1e-5, abs=1e-6), (metric, rows[0])
 
 
 def test_cells_mean_spread_agreement_and_verdict():
