@@ -11,6 +11,10 @@ import sys
 import threading
 import tomllib
 
+from fedclust_jax.hostdevices import force_host_devices, split_over_host_devices
+
+if os.path.basename(sys.argv[0]) == "fedclust-jax":   # the program: before JAX starts
+    force_host_devices()
 from fedclust_jax.algorithms.registry import ALGORITHMS, accepted_params
 from fedclust_jax.config_check import CliText
 from fedclust_jax.presets import DEFAULT_PRESET, PRESETS, dataset_study, preset
@@ -544,7 +548,7 @@ def main(argv=None) -> int:
     (bad input, before compute) or 130 (interrupted by Ctrl-C or SIGTERM: one line on
     stderr saying what the checkpoint holds)."""
     state = RunState()
-    with interrupt_signals():
+    with interrupt_signals(), split_over_host_devices():
         try:
             return _main(argv, state)
         except KeyboardInterrupt as e:

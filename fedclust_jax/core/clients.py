@@ -4,6 +4,8 @@ and the streaming walk that adds every client's upload into per-group sums.
 Layouts (``chunk``): None = one ``vmap`` over all clients; an int c = a sequential walk
 over chunks of c clients, each chunk vmapped; "auto" = chosen per backend by
 ``resolve_chunk``. Results never depend on the layout (up to float summation order).
+Inside ``core.sharding.split_clients(mesh)`` a chunked walk whose client count the mesh's
+size divides is split over its devices (``_on_devices``).
 """
 
 from __future__ import annotations
@@ -32,10 +34,9 @@ def resolve_chunk(chunk, num_clients: int | None = None, *, backend: str | None 
     """The layout actually used for ``chunk`` (None or an int >= 1).
 
     "auto": on a CPU with one device, clients one at a time (chunk = 1): every local step is
-    then a plain GEMM that uses all cores, and on the 2-core CPU this was the fastest layout
-    for the MNIST MLP (``benchmarks/ifca_round.py``: 6.6 s against 13.6 s for one vmap at
-    N = 1000). On accelerators, or with clients split over several devices, one vmap
-    (None); ``core.memory.fit_chunk`` bounds it by the device's memory before a run.
+    then a plain GEMM. On accelerators, or with the runner's clients split over several
+    devices (``devices``), one vmap (None); ``core.memory.fit_chunk`` bounds it by the
+    device's memory before a run.
     An int larger than ``num_clients`` is the same layout as ``num_clients``.
     """
     check_chunk(chunk)
@@ -60,7 +61,42 @@ def map_clients(f: Callable, *args, chunk=None):
     chunk = resolve_chunk(chunk, n)
     if chunk is None:
         return jax.vmap(f)(*args)
-    return lax.map(lambda a: f(*a), args, batch_size=chunk)
+    walk = lambda first, size, _, *a: lax.map(lambda b: f(*b), a, batch_size=chunk)
+    return _on_devices(walk, n, chunk, None, args, P_CLIENTS)
+
+
+P_CLIENTS = "clients"   # out_specs marker: stacked over the clients
+
+
+def _on_devices(walk, n: int, chunk, data, args, out):
+    """``walk(first, size, data, *args)`` over all n clients, or split over the devices of
+    the active ``split_clients`` mesh when it has one and n is a multiple of its size D:
+    under ``shard_map`` each device runs ``walk`` on its block of size = n / D clients
+    (``first`` its first global id; data's per-client fields and ``args`` split, the rest
+    replicated; data may be None).
+    out: a pytree prefix of the outputs, each P_CLIENTS (stacked over the clients) or
+    "sum" (added over the devices)."""
+    from jax.sharding import PartitionSpec
+    from fedclust_jax.core import sharding
+    mesh = sharding.active_mesh()
+    if mesh is None or chunk is None or n % mesh.devices.size:
+        return walk(0, n, data, *args)
+    size = n // mesh.devices.size
+    kinds, tree = jax.tree.flatten(out)
+
+    def local(d, *a):
+        with sharding.split_clients(None):          # no split walks inside a split walk
+            res = walk(lax.axis_index(sharding.AXIS) * size, size, d if data is not None else None, *a)
+        res = tree.flatten_up_to(res)
+        res = [lax.psum(r, sharding.AXIS) if k == "sum" else r for r, k in zip(res, kinds)]
+        return tree.unflatten(res)
+
+    spec = lambda k: PartitionSpec() if k == "sum" else PartitionSpec(sharding.AXIS)
+    specs = (() if data is None else sharding.data_specs(data),
+             *(PartitionSpec(sharding.AXIS) for _ in args))
+    return jax.shard_map(local, mesh=mesh, in_specs=specs, check_vma=False,
+                         out_specs=tree.unflatten([spec(k) for k in kinds]))(
+        () if data is None else data, *args)
 
 
 def _sum_rows(rows, values):
@@ -104,31 +140,41 @@ def stream_clients(f: Callable, data, ids, *args, num_groups: int, chunk=None):
         rows = rows.astype(jnp.float32)
         return _sum_rows(rows, values), rows.sum(axis=0), aux
 
-    num_chunks = math.ceil(m / chunk)
     shapes = jax.eval_shape(read, jnp.zeros((), jnp.int32),
                             *jax.tree.map(lambda a: a[0], args))
     rows_shape, value_shape, aux_shape = shapes
     if rows_shape.shape != (num_groups,):
         raise ValueError(f"f must return rows of shape ({num_groups},), got {rows_shape.shape}")
-    sums0 = jax.tree.map(lambda s: jnp.zeros((num_groups,) + s.shape, jnp.float32), value_shape)
-    aux0 = jax.tree.map(lambda s: jnp.zeros((m,) + s.shape, s.dtype), aux_shape)
 
-    def body(carry, c):
-        sums, totals, aux_all = carry
-        pos = c * chunk + jnp.arange(chunk)
-        valid = pos < m
-        safe = jnp.minimum(pos, m - 1)
-        i = safe.astype(jnp.int32) if ids is None else ids[safe]
-        a = jax.tree.map(lambda x: x[safe], args)
-        rows, values, aux = jax.vmap(read)(i, *a)
-        rows = jnp.where(valid[:, None], rows.astype(jnp.float32), 0.0)
-        sums = jax.tree.map(jnp.add, sums, _sum_rows(rows, values))
-        aux_all = jax.tree.map(lambda buf, v: buf.at[pos].set(v, mode="drop"), aux_all, aux)
-        return (sums, totals + rows.sum(axis=0), aux_all), None
+    def walk(first, mm, d, *args):
+        """Clients first .. first + mm - 1 (their data in ``d`` at 0 .. mm - 1)."""
+        num_chunks = math.ceil(mm / chunk)
+        sums0 = jax.tree.map(lambda s: jnp.zeros((num_groups,) + s.shape, jnp.float32),
+                             value_shape)
+        aux0 = jax.tree.map(lambda s: jnp.zeros((mm,) + s.shape, s.dtype), aux_shape)
 
-    (sums, totals, aux), _ = lax.scan(
-        body, (sums0, jnp.zeros((num_groups,), jnp.float32), aux0), jnp.arange(num_chunks))
-    return sums, totals, aux
+        def body(carry, c):
+            sums, totals, aux_all = carry
+            pos = c * chunk + jnp.arange(chunk)
+            valid = pos < mm
+            safe = jnp.minimum(pos, mm - 1)
+            a = jax.tree.map(lambda x: x[safe], args)
+            if ids is None:   # this block's data, read in place
+                rows, values, aux = jax.vmap(lambda j, *b: f(first + j, *d.train_client(j), *b))(
+                    safe.astype(jnp.int32), *a)
+            else:
+                rows, values, aux = jax.vmap(read)(ids[safe], *a)
+            rows = jnp.where(valid[:, None], rows.astype(jnp.float32), 0.0)
+            sums = jax.tree.map(jnp.add, sums, _sum_rows(rows, values))
+            aux_all = jax.tree.map(lambda buf, v: buf.at[pos].set(v, mode="drop"), aux_all, aux)
+            return (sums, totals + rows.sum(axis=0), aux_all), None
+
+        return lax.scan(body, (sums0, jnp.zeros((num_groups,), jnp.float32), aux0),
+                        jnp.arange(num_chunks))[0]
+
+    if ids is not None:   # participants drawn anywhere: one walk
+        return walk(0, m, None, *args)
+    return _on_devices(walk, m, chunk, data, args, ("sum", "sum", P_CLIENTS))
 
 
 def map_client_data(f: Callable, data, ids, *args, chunk=None, test: bool = False):
@@ -141,8 +187,13 @@ def map_client_data(f: Callable, data, ids, *args, chunk=None, test: bool = Fals
     if chunk is None and ids is None:
         arrays = (data.x_test, data.y_test, data.count_test) if test else (data.x, data.y, data.count)
         return jax.vmap(f)(jnp.arange(m, dtype=jnp.int32), *arrays, *args)
-    ids = jnp.arange(m, dtype=jnp.int32) if ids is None else ids
-    return map_clients(lambda i, *a: f(i, *reader(i), *a), ids, *args, chunk=chunk)
+    if ids is not None:
+        return map_clients(lambda i, *a: f(i, *reader(i), *a), ids, *args, chunk=chunk)
+    read = (lambda d: d.test_client) if test else (lambda d: d.train_client)
+    walk = lambda first, size, d, *a: lax.map(
+        lambda b: f(first + b[0], *read(d)(b[0]), *b[1:]),
+        (jnp.arange(size, dtype=jnp.int32), *a), batch_size=chunk)
+    return _on_devices(walk, m, chunk, data, args, P_CLIENTS)
 
 
 def map_client_train_test(f: Callable, data, *args, chunk=None):
@@ -156,8 +207,10 @@ def map_client_train_test(f: Callable, data, *args, chunk=None):
     if chunk is None:
         return jax.vmap(f)(ids, data.x, data.y, data.count, data.x_test, data.y_test,
                            data.count_test, *args)
-    return map_clients(lambda i, *a: f(i, *data.train_client(i), *data.test_client(i), *a),
-                       ids, *args, chunk=chunk)
+    walk = lambda first, size, d, *a: lax.map(
+        lambda b: f(first + b[0], *d.train_client(b[0]), *d.test_client(b[0]), *b[1:]),
+        (jnp.arange(size, dtype=jnp.int32), *a), batch_size=chunk)
+    return _on_devices(walk, n, chunk, data, args, P_CLIENTS)
 
 
 def chain_clients(f: Callable, start, group, *args, order_key=None):

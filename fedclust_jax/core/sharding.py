@@ -9,6 +9,11 @@ layout choice only, results do not change. A chunked ``lax.map`` over clients wa
 client axis in order, which XLA may not spread over the devices: ``chunk=None`` is the
 layout tested with several devices.
 
+Walks split over the devices: inside ``split_clients(mesh)`` every walk over clients in
+chunks (``core.clients``) whose client count the mesh's size divides runs under
+``shard_map``, each device walking its own block of clients; on a CPU with several host
+devices (``fedclust_jax.hostdevices``) this is how the command line uses every core.
+
 Several processes (hosts): call ``initialize_processes`` first in every process, build the
 same data in every process (same seed), then run with ``devices`` = all devices of all
 processes. ``jax.device_put`` of a host array that is equal on every process onto a global
@@ -17,6 +22,9 @@ sharding keeps each process's own shards. Values are read back on the host with
 """
 
 from __future__ import annotations
+
+import contextlib
+import dataclasses
 
 import jax
 import numpy as np
@@ -39,6 +47,43 @@ def check_divisible(num_clients: int, mesh: Mesh):
 
 def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
+
+
+_SPLIT: list = []   # the meshes of the open split_clients blocks, innermost last
+
+
+@contextlib.contextmanager
+def split_clients(mesh: Mesh | None):
+    """Within the block, a walk over N clients in chunks of c (``core.clients``: a chunked
+    ``map_clients``, ``stream_clients``, ``map_client_data``, ``map_client_train_test``)
+    with N a multiple of the mesh's size D runs under ``shard_map``: each device walks its
+    own N / D clients (chunks of c), reading its block of the data; per-group sums are
+    added over the devices (``psum``). Results equal one device's up to float summation
+    order. A program takes the mesh when it is traced: JAX caches a jitted function's trace
+    by the function, so one traced outside the block keeps its one-device walk inside it
+    (and the reverse); trace a new function object. ``mesh=None`` turns splitting off
+    inside the block (a walk inside a split walk)."""
+    _SPLIT.append(mesh)
+    try:
+        yield mesh
+    finally:
+        _SPLIT.pop()
+
+
+def active_mesh() -> Mesh | None:
+    """The mesh of the innermost ``split_clients`` block, when it has several devices."""
+    mesh = _SPLIT[-1] if _SPLIT else None
+    return mesh if mesh is not None and mesh.devices.size > 1 else None
+
+
+def data_specs(data):
+    """``data`` with every array replaced by its ``shard_map`` spec: P("clients") for the
+    per-client fields (the class's ``PER_CLIENT``), P() (replicated) for the rest."""
+    per = set(getattr(data, "PER_CLIENT", PER_CLIENT_DATA))
+    fields = [f.name for f in dataclasses.fields(data) if f.metadata.get("pytree_node", True)]
+    spec = lambda name: PartitionSpec(AXIS) if name in per else PartitionSpec()
+    return data.replace(**{k: jax.tree.map(lambda _, k=k: spec(k), getattr(data, k))
+                           for k in fields})
 
 
 PER_CLIENT_DATA = ("x", "y", "count", "x_test", "y_test", "count_test", "cluster", "point_cluster")

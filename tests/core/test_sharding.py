@@ -77,3 +77,60 @@ def test_state_shardings_without_restart_axis():
     assert specs == {"models": PartitionSpec("clients"), "clusters": PartitionSpec()}
     placed = shard_state({"a": np.zeros((2, 6))}, mesh, 6)
     assert placed["a"].sharding.spec == PartitionSpec(None, "clients")
+
+
+SPLIT_RUNS = r"""
+import json, jax, numpy as np
+from fedclust_jax.core.clients import map_clients
+from fedclust_jax.experiment import ExperimentConfig, run_experiment
+from fedclust_jax.hostdevices import split_over_host_devices
+double = lambda x: map_clients(lambda a: a * 2, x, chunk=1)
+lower = lambda n: jax.jit(lambda x: double(x)).lower(np.ones((n, 3))).as_text()  # a new trace
+out = {"devices": jax.device_count(), "one": lower(12)}
+with split_over_host_devices() as mesh:
+    out["split"], out["odd"] = lower(12), lower(11)   # 11 clients: one walk
+for name, params in [("ifca", dict(num_clusters=2, chunk=1)), ("ifca", dict(num_clusters=2,
+        chunk=1, participation=0.5)), ("fedavg", dict(chunk=3)), ("local", dict(chunk=1))]:
+    cfg = ExperimentConfig(dataset="rotated-digits", algorithm=name, rounds=2, params=params,
+                           data=dict(num_clients=12))
+    runs = [run_experiment(cfg, progress=False)]
+    with split_over_host_devices():
+        runs.append(run_experiment(cfg, progress=False))
+    out[f"{name} {params}"] = [r["history"]["train_loss"] + [r["metrics"]["test_loss"]]
+                               for r in runs]
+print(json.dumps(out))
+"""
+
+
+def test_walks_split_over_host_devices_equal_one_device():
+    """``hostdevices.split_over_host_devices`` with 2 forced host devices (as the command line
+    sets them up on a CPU): chunked client walks run under ``shard_map``, and IFCA (full and
+    half participation), FedAvg and Local give one device's losses."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+               + " --xla_force_host_platform_device_count=2")
+    res = subprocess.run([sys.executable, "-c", SPLIT_RUNS], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out.pop("devices") == 2
+    texts = {k: out.pop(k) for k in ("one", "split", "odd")}
+    assert "manual_computation" in texts["split"] and "tensor<6x3xf32>" in texts["split"]
+    assert "manual_computation" not in texts["one"] + texts["odd"]
+    assert len(out) == 4
+    for name, (one, split) in out.items():
+        np.testing.assert_allclose(split, one, rtol=1e-5, err_msg=name)
+
+
+def test_force_host_devices_sets_one_device_per_core_before_jax_starts():
+    from fedclust_jax.hostdevices import FLAG, cores, force_host_devices
+    assert force_host_devices({}) is None                  # JAX is imported in this process
+    probe = ("from fedclust_jax.hostdevices import force_host_devices as f; n = f(); "
+             "import jax; print(n, jax.device_count())")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    res = subprocess.run([sys.executable, "-c", probe], env=dict(env, JAX_PLATFORMS="cpu"),
+                         capture_output=True, text=True, timeout=120)
+    n = cores()
+    assert res.stdout.split() == ([str(n), str(n)] if n > 1 else ["None", "1"]), res.stderr
+    kept = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=dict(env, JAX_PLATFORMS="cpu", XLA_FLAGS=f"{FLAG}=1"), timeout=120)
+    assert kept.stdout.split() == ["None", "1"], kept.stderr
