@@ -8,7 +8,7 @@ from fedclust_jax.algorithms.cfl import CFL, CFLConfig
 from fedclust_jax.algorithms.fedsoft import FedSoft, FedSoftConfig
 from fedclust_jax.algorithms.local_kmeans import LocalKMeans, LocalKMeansConfig
 from fedclust_jax.algorithms.oneshot_ifca import OneShotIFCA, OneShotIFCAConfig
-from fedclust_jax.algorithms.uifca import UIFCA, UIFCAConfig, run_uifca  # point clustering
+from fedclust_jax.algorithms.uifca import UIFCA, UIFCAConfig  # point clustering
 from fedclust_jax.algorithms.kfed import kfed
 
 __all__ = ["FedAvg", "FedAvgConfig", "IFCA", "IFCAConfig", "Local", "LocalConfig", "SRFCA", "SRFCAConfig",
@@ -27,4 +27,4 @@ __all__ += ["BRIFCA", "BRIFCAConfig", "Ditto", "DittoConfig", "ThreeStage", "Thr
 from fedclust_jax.algorithms.registry import ALGORITHMS, build_algorithm  # noqa: E402
 
 __all__ += ["ALGORITHMS", "build_algorithm"]
-__all__ += ["UIFCA", "UIFCAConfig", "kfed", "run_uifca"]
+__all__ += ["UIFCA", "UIFCAConfig", "kfed"]

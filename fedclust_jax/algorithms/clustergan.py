@@ -45,9 +45,9 @@ rounds (UIFCA's T tau = 20 x 40 with M = 100: the same number of communication r
 local updates as UIFCA gets in Table 4.3); B = 64 (the code's default batch).
 Runs go through the experiment runner (``fedclust-jax run --algorithm clustergan`` on a
 point dataset of images; the networks are built from the config and the data's image
-shape, ``width`` and ``fc_width`` setting their size) or ``run_clustergan`` (purity curves
-for the benchmarks). ``evaluate`` returns the point assignment, which the runner scores
-against ``data.point_cluster``. ClusterGAN has no label-free training objective to pick
+shape, ``width`` and ``fc_width`` setting their size); the runner's rounds are the
+communication rounds. ``evaluate`` returns the point assignment, which the runner scores
+against ``data.point_cluster`` (purity curves with ``eval_every``). ClusterGAN has no label-free training objective to pick
 among restarts: ``objective`` is NaN and the runner keeps the first restart.
 """
 
@@ -55,9 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-import functools
 import math
-import time
 
 import jax
 import jax.numpy as jnp
@@ -70,8 +68,6 @@ from fedclust_jax.core.aggregate import global_mean
 from fedclust_jax.core.clients import map_clients
 from fedclust_jax.core.optim import OPTIMIZERS, make_optimizer
 from fedclust_jax.data.federated import example_mask
-from fedclust_jax.data.points import true_points
-from fedclust_jax.metrics import purity
 from fedclust_jax.models.clustergan import ClusterGANNets, clustergan_nets
 NOISE_LOSSES = ("sum", "mean")
 GP_MIXES = ("per_sample", "per_batch")
@@ -82,7 +78,8 @@ class ClusterGANConfig:
     """Defaults: the paper's MNIST ClusterGAN, [T]'s SGD lr 5e-3, and the round counts of the
     module docstring. num_clusters: K (>= 2; the one-hot z_c); noise_dim: dim of z_n;
     noise_std: sigma; beta_n, beta_c: weights of the z_n and z_c recovery losses; gp_weight:
-    lambda; critic_steps: critic updates per generator update; comm_rounds: FedAvg rounds;
+    lambda; critic_steps: critic updates per generator update; comm_rounds: the
+    setting's FedAvg rounds (for reference: a run's rounds are the runner's ``rounds``);
     local_steps: M generator updates per client per round; batch_size: B points per step;
     lr: step size;
     optimizer: "sgd" | "adam"; noise_loss: "sum" | "mean"; gp_mix: "per_sample" |
@@ -254,8 +251,6 @@ class ClusterGAN(Algorithm):
                              f"noise_dim = {cfg.noise_dim}")
         self.nets, self.cfg = nets, cfg
         self.model = nets   # ClusterGAN(alg.model, cfg) rebuilds it (``hparams.rebuild``)
-        self._round = jax.jit(self.round)
-        self._assign = jax.jit(self.assign)
 
     def check_data(self, data):
         if int(np.prod(data.feature_shape)) != int(np.prod(self.nets.shape)):
@@ -306,57 +301,3 @@ def build(model, cfg: ClusterGANConfig, data) -> ClusterGAN:
                            channels=shape[2] if len(shape) == 3 else 1, width=cfg.width,
                            fc_width=cfg.fc_width)
     return ClusterGAN(nets, cfg)
-
-
-@functools.lru_cache(maxsize=8)
-def _algorithm(nets: ClusterGANNets, cfg: ClusterGANConfig) -> ClusterGAN:
-    """One ``ClusterGAN`` (and its compiled round) per (networks object, config)."""
-    return ClusterGAN(nets, cfg)
-
-
-def run_clustergan(nets: ClusterGANNets, data, key, cfg: ClusterGANConfig = ClusterGANConfig(),
-                   *, rounds: int | None = None, eval_every: int | None = None,
-                   verbose: bool = False):
-    """Runs ``rounds`` (default cfg.comm_rounds) FedAvg rounds from random networks.
-
-    eval_every: purity is measured after round 0 (the initial encoder), every
-    ``eval_every`` rounds (None: only at the end) and after the last round.
-    Runs with the same ``nets`` object and config share one compiled round.
-    Returns (state, assign, history): assign int32[N, n_max] (numpy; -1 on padding);
-    history: round and purity (at the evaluations; purity only where the data carry
-    point_cluster), critic_loss and generator_loss (every round), seconds (wall time).
-    """
-    total = cfg.comm_rounds if rounds is None else rounds
-    if not isinstance(total, (int, np.integer)) or total < 0:
-        raise ValueError(f"rounds must be an integer >= 0, got {total!r}")
-    if eval_every is not None and (not isinstance(eval_every, (int, np.integer))
-                                   or eval_every < 1):
-        raise ValueError(f"eval_every must be None or a positive integer, got {eval_every!r}")
-    alg = _algorithm(nets, cfg)
-    k_init, k_run = jax.random.split(key)
-    state = alg.init(k_init, data)
-    hist = dict(round=[], purity=[], critic_loss=[], generator_loss=[])
-    t0 = time.time()
-
-    def record(state):
-        hist["round"].append(int(state.round))
-        out = dict(assign=alg._assign(state, data))
-        if data.point_cluster is not None:
-            out["purity"] = purity(out["assign"], true_points(data))
-            hist["purity"].append(out["purity"])
-        if verbose:
-            losses = (f" critic {hist['critic_loss'][-1]:.3f} generator "
-                      f"{hist['generator_loss'][-1]:.3f}" if hist["critic_loss"] else "")
-            print(f"round {int(state.round)}: purity {out.get('purity', '-')}{losses} "
-                  f"({time.time() - t0:.0f}s)", flush=True)
-        return out["assign"]
-
-    assign = record(state)
-    for t in range(total):
-        state, metrics = alg._round(state, jax.random.fold_in(k_run, t), data)
-        hist["critic_loss"].append(float(metrics["critic_loss"]))
-        hist["generator_loss"].append(float(metrics["generator_loss"]))
-        if t + 1 == total or (eval_every is not None and (t + 1) % eval_every == 0):
-            assign = record(state)
-    hist["seconds"] = time.time() - t0
-    return state, np.asarray(assign), hist

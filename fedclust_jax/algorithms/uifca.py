@@ -14,9 +14,10 @@ Every client updates all K flows in every communication round (vmap over clients
 
 Initialisation ([T] 4.3): one random flow copied K times, each copy plus N(0, init_noise^2)
 per parameter. Initial assignment ``init_assign``: "models" (default: argmin-NLL under the
-initial flows), "random" (i.i.d. uniform labels, [T] 4.2) or "kfed" (k-FED's assignment,
-``core.kmeans.kfed`` with its defaults: k-FED + UIFCA); ``init(..., assign=)`` takes any given
-assignment.
+initial flows), "random" (i.i.d. uniform labels, [T] 4.2), "kfed" (k-FED's assignment,
+``core.kmeans.kfed`` with its defaults: k-FED + UIFCA) or "oracle" (the true point
+clusters ``data.point_cluster``: an oracle start, e.g. [T] Table 4.2's flows trained on
+their labelled digits); ``init(..., assign=)`` takes any given assignment.
 
 Where [T] contradicts itself (both offered, prose by default):
 - ``model_init``: "warm" (prose: the clients run FedAvg "with model theta_k^(t) ... using
@@ -34,11 +35,11 @@ Loss: mean NLL over the batch (F_theta(B) / N). Optimizer: "sgd" (Alg. 5) or "ad
 fresh state each local update (``core.optim``).
 
 Evaluation is point-level: ``evaluate`` returns the assignment (the experiment runner
-scores it against ``data.point_cluster``: purity, misclustering, ARI) and ``objective``,
-the mean NLL of the points under their flows (no labels; it picks among restarts). Runs go
-through the experiment runner (``fedclust-jax run --algorithm uifca --dataset
-uifca-gaussian``) or ``run_uifca`` (per-round purity curves and ``select_after``, for the
-benchmarks). Measured behaviour (fixed points, restarts): benchmarks/notes/uifca.md.
+scores it against ``data.point_cluster``: purity, misclustering, ARI; per-round purity
+curves with ``eval_every``) and ``objective``, the mean NLL of the points under their
+flows (no labels; the runner keeps the restart with the lowest after the last round).
+Runs go through the runner: ``fedclust-jax run --algorithm uifca --dataset uifca-gaussian
+--eval-every 1``; the runner's rounds are the cluster rounds T.
 """
 
 from __future__ import annotations
@@ -57,22 +58,20 @@ from fedclust_jax.core.kmeans import kfed
 from fedclust_jax.core.clients import map_clients
 from fedclust_jax.core.optim import OPTIMIZERS, make_optimizer
 from fedclust_jax.data.federated import example_mask
-from fedclust_jax.data.points import true_points
-from fedclust_jax.metrics import purity
 from fedclust_jax.models.flows import FlowModel, noisy_copies
 
 MODEL_INITS = ("warm", "reinit")
 ASSIGN_WITH = ("new", "previous")
-INIT_ASSIGNS = ("random", "models", "kfed")
+INIT_ASSIGNS = ("random", "models", "kfed", "oracle")
 
 
 @dataclasses.dataclass(frozen=True)
 class UIFCAConfig:
     """Defaults: [T]'s synthetic runs (T=20, tau=100, M=100); N, eta and the noise scale are
-    unspecified in [T] (chosen here). num_clusters: K; cluster_rounds: T, cluster rounds of
-    ``run_uifca`` (the runner has its rounds); comm_rounds: tau, FedAvg rounds per cluster
-    round; local_steps: M local steps per communication round; batch_size: N points per
-    local step; lr: eta; optimizer: "sgd" | "adam"; init_noise: std of the noise on the K
+    unspecified in [T] (chosen here). num_clusters: K; cluster_rounds: T, the setting's
+    cluster rounds (for reference: a run's rounds are the runner's ``rounds``);
+    comm_rounds: tau, FedAvg rounds per cluster round; local_steps: M local steps per
+    communication round; batch_size: N points per local step; lr: eta; optimizer: "sgd" | "adam"; init_noise: std of the noise on the K
     copies; init_assign / model_init / assign_with: see the module docstring; chunk: clients
     per vectorized chunk (None = vmap all); standardize: every step sees the points mapped
     to (x - mean) / std over all real points (``standardize_points``; one extra aggregation
@@ -204,8 +203,6 @@ class UIFCA(ScoresClusters, Algorithm):
                              f"points, real-nvp for images), got {type(flow).__name__}")
         self.flow, self.cfg = flow, cfg
         self.model = flow   # UIFCA(alg.model, cfg) rebuilds it (``hparams.rebuild``)
-        self._round = jax.jit(self.round)
-        self._assign = jax.jit(lambda p, x, c: assign_points(flow, p, x, c, chunk=cfg.chunk))
 
     def check_data(self, data):
         if tuple(data.feature_shape) != tuple(self.flow.shape) and \
@@ -240,8 +237,13 @@ class UIFCA(ScoresClusters, Algorithm):
         elif self.cfg.init_assign == "kfed":
             assign = kfed(k_assign, data.x, data.count, self.cfg.num_clusters,
                           chunk=self.cfg.chunk).assign
+        elif self.cfg.init_assign == "oracle":
+            if data.point_cluster is None:
+                raise ValueError("init_assign='oracle' needs data with true point clusters "
+                                 "(point_cluster); use another init_assign")
+            assign = data.point_cluster
         else:
-            assign = self._assign(params, data.x, data.count)
+            assign = assign_points(self.flow, params, data.x, data.count, chunk=self.cfg.chunk)
         assign = jnp.where(mask, assign, -1).astype(jnp.int32)
         return UIFCAState(params=params, assign=assign, round=jnp.zeros((), jnp.int32))
 
@@ -288,79 +290,3 @@ def standardize_points(data):
     var = jnp.sum(((data.x - mean) * w) ** 2) / (total * mean.size)
     return data.replace(x=jnp.where(w > 0, (data.x - mean) / jnp.sqrt(jnp.maximum(var, 1e-12)),
                                     0.0))
-
-
-def run_uifca(flow: FlowModel, data, key, cfg: UIFCAConfig = UIFCAConfig(), *, assign=None,
-              rounds: int | None = None, restarts: int = 1, select_after: int | None = None,
-              verbose: bool = False):
-    """Runs T cluster rounds of ``restarts`` independent UIFCA runs (a vmap axis: fresh
-    initial flows and, unless ``assign`` is given, initial assignments) and keeps the run
-    of lowest final objective (mean NLL of the points under their flows; no labels used).
-
-    select_after: None (default): every restart runs all T rounds. An integer t0 in
-    [1, T]: the restarts run t0 rounds, only the one of lowest objective then goes on to
-    round T (not in [T]; the hard assignment settles in its first rounds, so the extra
-    restarts cost about t0 / T of running them to T). Too small a t0 can drop a run still
-    on its way to the clusters (t0 = 3 did once on the Table 4.1 Gaussians; t0 = 5 there).
-
-    Returns (state, history): history holds, per cluster round of the kept run (round 0 =
-    the initial assignment), purity (if point_cluster is known), objective and
-    cluster_sizes, plus per-restart final_purity, final_objective (at round T, or at
-    round t0 under ``select_after``) and the kept index.
-    """
-    if not isinstance(restarts, (int, np.integer)) or restarts < 1:
-        raise ValueError(f"restarts must be a positive integer, got {restarts!r}")
-    total = cfg.cluster_rounds if rounds is None else rounds
-    if select_after is not None and (not isinstance(select_after, (int, np.integer))
-                                     or not 1 <= select_after <= total):
-        raise ValueError(f"select_after must be None or an integer in [1, {total}] (the "
-                         f"cluster rounds), got {select_after!r}")
-    alg = UIFCA(flow, cfg)
-    k_init, k_run = jax.random.split(key)
-    inits = [alg.init(k, data, assign=assign) for k in jax.random.split(k_init, restarts)]
-    state = jax.tree.map(lambda *a: jnp.stack(a), *inits)
-    step = jax.jit(jax.vmap(alg.round, in_axes=(0, 0, None)))
-    objective = jax.jit(jax.vmap(alg.objective, in_axes=(0, None)))
-    truth = true_points(data) if data.point_cluster is not None else None
-    curves = dict(purity=[], objective=[], cluster_sizes=[])
-
-    def record(state, obj, sizes):
-        if truth is not None:
-            curves["purity"].append([purity(a, truth) for a in np.asarray(state.assign)])
-        curves["objective"].append(np.asarray(obj).tolist())
-        curves["cluster_sizes"].append(np.asarray(sizes).tolist())
-        if verbose:
-            print(f"round {int(state.round[0])}: purity "
-                  f"{curves['purity'][-1] if truth is not None else '-'} objective "
-                  f"{np.round(np.asarray(obj), 3).tolist()}", flush=True)
-
-    def lowest(obj):
-        obj = np.asarray(obj, np.float64)
-        return int(np.nanargmin(np.where(np.isfinite(obj), obj, np.nan))) \
-            if np.isfinite(obj).any() else 0
-
-    a0 = state.assign
-    sizes0 = jnp.sum(a0[..., None] == jnp.arange(cfg.num_clusters), axis=(1, 2))
-    record(state, objective(state, data), sizes0)
-    stop = total if select_after is None else select_after
-    for t in range(stop):
-        state, metrics = step(state, jax.random.split(jax.random.fold_in(k_run, t), restarts),
-                              data)
-        record(state, metrics["objective"], metrics["cluster_sizes"])
-    final = np.asarray(curves["objective"][-1], np.float64)
-    best = lowest(final)
-    hist = {name: [row[best] for row in rows] for name, rows in curves.items()}
-    hist.update(kept=best, final_objective=final.tolist(),
-                final_purity=curves["purity"][-1] if truth is not None else [])
-    state = jax.tree.map(lambda a: a[best:best + 1], state)
-    for t in range(stop, total):
-        keys = jax.random.split(jax.random.fold_in(k_run, t), restarts)[best:best + 1]
-        state, metrics = step(state, keys, data)  # the kept restart's own key stream
-        if truth is not None:
-            hist["purity"].append(purity(np.asarray(state.assign[0]), truth))
-        hist["objective"].append(float(metrics["objective"][0]))
-        hist["cluster_sizes"].append(np.asarray(metrics["cluster_sizes"][0]).tolist())
-        if verbose:
-            print(f"round {t + 1}: purity {hist['purity'][-1] if truth is not None else '-'} "
-                  f"objective {hist['objective'][-1]:.3f}", flush=True)
-    return jax.tree.map(lambda a: a[0], state), hist

@@ -14,6 +14,9 @@ cluster[i] = the dominant cluster when p = 1, else -1 (clients have no single cl
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -146,3 +149,148 @@ def true_points(data) -> np.ndarray:
     count = np.asarray(data.count)
     mask = np.arange(data.x.shape[1])[None, :] < count[:, None]
     return np.where(mask, np.asarray(data.point_cluster), -1)
+
+
+# ---- MNIST point clusters ([T] 4.3: Tables 4.2 and 4.3) --------------------------------
+
+def _byte_images(source: str, data_dir, download: bool):
+    """(train images, labels) as uint8 [n, H, W]: "mnist" (``sources.load_images``) or
+    "digits" (scikit-learn's 8x8 digits, 0..16 scaled to bytes; no download, for CI)."""
+    from fedclust_jax.data.sources import load_digits_images, load_images
+    if source == "digits":
+        x, y = load_digits_images(scale=False)
+        return np.rint(x[..., 0] * 255.0 / 16.0).astype(np.uint8), y
+    if source != "mnist":
+        raise ValueError(f"source must be 'mnist' or 'digits', got {source!r}")
+    x, y, _, _ = load_images("mnist", data_dir, download=download)
+    return np.rint(np.asarray(x).reshape(x.shape[:3]) * 255.0).astype(np.uint8), np.asarray(y)
+
+
+def _image_pools(task: str, images, labels, digits) -> list[np.ndarray]:
+    """uint8 pools of the K clusters: "rotated" (one digit, rot90 by 0..3: K = 4) or
+    "digits" (one pool per listed digit)."""
+    if task == "rotated":
+        if len(digits) != 1:
+            raise ValueError(f"the rotated task takes one digit, got digits={list(digits)}")
+        return [np.rot90(images[labels == digits[0]], r, axes=(1, 2)) for r in range(4)]
+    if task != "digits":
+        raise ValueError(f"task must be 'rotated' or 'digits', got {task!r}")
+    if len(set(digits)) != len(digits) or len(digits) < 2:
+        raise ValueError(f"the digits task takes >= 2 distinct digits, got {list(digits)}")
+    return [images[labels == d] for d in digits]
+
+
+def _pool_points(key, pools, num_clients, points_per_client, fill, heterogeneity):
+    k = len(pools)
+    n = num_clients if num_clients is not None else k
+    s = points_per_client if points_per_client is not None else int(fill * min(map(len, pools)))
+    return points_from_pools(key, pools, num_clients=n, points_per_client=s,
+                             heterogeneity=heterogeneity)
+
+
+def mnist_points(key, *, task: str = "rotated", digits: list = (2,), heterogeneity: float = 1.0,
+                 num_clients: int | None = None, points_per_client: int | None = None,
+                 fill: float = 0.95, random_background: bool = False, source: str = "mnist",
+                 data_dir: str | None = None, download: bool = False) -> FederatedData:
+    """[T] 4.3's MNIST point clusters: "rotated" (one digit's training images at 0/90/180/
+    270 degrees, K = 4) or "digits" (cluster = digit, K = len(digits); [T]'s Digits: 0-9,
+    Table 4.2: 2 and 3). n = K clients (``num_clients``), each of ``points_per_client``
+    points (default: ``fill`` x the smallest pool) dealt by the heterogeneity recipe,
+    every image used at most once. Pixels are bytes / 256 (in [0, 255/256], for the
+    flows' dequantization). random_background ([T] Table 4.2 "RB"): pixels < 0.01 replaced
+    by uniform random bytes (drawn from ``key``)."""
+    images, labels = _byte_images(source, data_dir, download)
+    pools = _image_pools(task, images, labels, [int(d) for d in digits])
+    k_rb, k_deal = jax.random.split(key)
+    data = _pool_points(k_deal, pools, num_clients, points_per_client, fill, heterogeneity)
+    x = np.asarray(data.x)                       # bytes / 1 (pools are uint8)
+    if random_background:
+        rng = np.random.default_rng(np.asarray(jax.random.key_data(k_rb)).ravel())
+        bg = x < 0.01 * 255
+        x = np.where(bg, rng.integers(0, 256, x.shape), x)
+    return data.replace(x=jnp.asarray(x / 256.0, jnp.float32))
+
+
+def rotnet_points(key, *, digit: int = 2, heterogeneity: float = 1.0, fill: float = 0.95,
+                  points_per_client: int | None = None, pca: int = 0, epochs: int = 3,
+                  pretrain_images: int = 10000, pretrain_seed: int = 0,
+                  cache_dir: str | None = None, source: str = "mnist",
+                  data_dir: str | None = None, download: bool = False) -> FederatedData:
+    """[T] 4.3's "MNIST Representations", read as the Rotated task on RotNet features: a
+    RotNet (``models.rotnet``) pretrained centrally (Adam 1e-3, batch 128, ``epochs``) on
+    the first ``pretrain_images`` MNIST *test* images at all four rotations (held out from
+    the clustered training images; its params saved in ``cache_dir`` when given (not "")
+    and read from there by later runs); every point is its image's pooled last-conv activations
+    (F = 288), scaled to unit L2 norm. pca = d > 0: projected on the top d principal
+    components of the pretraining images' representations, divided by one global scale
+    (the root mean variance of the kept components), for UIFCA's full-Gaussian flow.
+    Clusters, clients and dealing as ``mnist_points(task="rotated", digits=[digit])``.
+    The representations are computed once per process for each (digit, pca, RotNet)."""
+    setting = (source, data_dir, download, epochs, pretrain_images, pretrain_seed, cache_dir)
+    pools = _rotnet_pools(int(digit), int(pca), setting)
+    return _pool_points(key, list(pools), None, points_per_client, fill, heterogeneity)
+
+
+@functools.lru_cache(maxsize=2)
+def _rotnet(setting):
+    """(model, params, unit-norm features of images [n, H, W]) of a pretrained RotNet."""
+    from fedclust_jax.models.rotnet import extract_features, pretrain_rotnet, rotnet
+    source, data_dir, download, epochs, pretrain_images, seed, cache_dir = setting
+    pre, _, _ = _rotnet_images(source, data_dir, download, pretrain_images)
+    model = rotnet(size=pre.shape[1])
+    path = None if not cache_dir else Path(cache_dir).expanduser() / (
+        f"{model.name}-{source}-n{len(pre)}-e{epochs}-s{seed}.npz")
+    params = _load_params(path, model.init(jax.random.key(0)))
+    if params is None:
+        params, _ = pretrain_rotnet(model, jax.random.key(seed), pre, epochs=epochs)
+        _save_params(path, params)
+    unit = lambda f: f / jnp.maximum(jnp.linalg.norm(f, axis=-1, keepdims=True), 1e-12)
+    return lambda images: np.asarray(unit(extract_features(model, params, images)))
+
+
+@functools.lru_cache(maxsize=16)
+def _rotnet_pools(digit: int, pca: int, setting) -> tuple:
+    from fedclust_jax.models.rotnet import rotated_copies
+    source, data_dir, download, _, pretrain_images, _, _ = setting
+    pre, images, labels = _rotnet_images(source, data_dir, download, pretrain_images)
+    features = _rotnet(setting)
+    feats = features(rotated_copies(jnp.asarray(images[labels == digit]))[0])
+    if pca:
+        ref = features(rotated_copies(jnp.asarray(pre))[0]).astype(np.float64)
+        mean = ref.mean(0)
+        vals, vecs = np.linalg.eigh(np.cov(ref - mean, rowvar=False))
+        top = np.argsort(vals)[::-1][:pca]
+        feats = ((feats - mean) @ vecs[:, top] / np.sqrt(vals[top].mean())).astype(np.float32)
+    return tuple(np.split(feats, 4))                                  # rotation-major
+
+
+@functools.lru_cache(maxsize=2)
+def _rotnet_images(source, data_dir, download, pretrain_images):
+    """(pretraining images, training images, labels), images float32 bytes / 256
+    [n, H, W]: MNIST (pretraining: the first test images) or the 8x8 digits zero-padded to
+    RotNet's smallest size, 12x12 (CI)."""
+    from fedclust_jax.data.sources import load_digits_images, load_images
+    as_bytes = lambda a: (np.rint(np.asarray(a).reshape(np.shape(a)[:3]) * 255) / 256).astype(np.float32)
+    if source == "digits":
+        x, y = load_digits_images()
+        x = np.pad(as_bytes(x), ((0, 0), (2, 2), (2, 2)))
+        return x[:pretrain_images], x, np.asarray(y)
+    xtr, ytr, xte, _ = load_images("mnist", data_dir, download=download)
+    return as_bytes(xte)[:pretrain_images], as_bytes(xtr), np.asarray(ytr)
+
+
+def _load_params(path, template):
+    if path is None or not path.exists():
+        return None
+    leaves, treedef = jax.tree.flatten(template)
+    with np.load(path) as f:
+        stored = [f[f"a{i}"] for i in range(len(leaves))]
+    if any(a.shape != b.shape for a, b in zip(stored, leaves)):
+        return None
+    return jax.tree.unflatten(treedef, [jnp.asarray(a) for a in stored])
+
+
+def _save_params(path, params):
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(path, **{f"a{i}": np.asarray(a) for i, a in enumerate(jax.tree.leaves(params))})

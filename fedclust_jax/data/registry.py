@@ -13,6 +13,8 @@ DATASETS: dict[str, Callable] = {
     "gaussian-mixture": synthetic.gaussian_mixture_classification,
     "uifca-gaussian": points.gaussian_clusters,
     "uifca-subspace": points.subspace_clusters,
+    "uifca-mnist": points.mnist_points,
+    "uifca-rotnet-mnist": points.rotnet_points,
     "brifca-regression": robust_synthetic.brifca_regression,
     "threshold-blobs": robust_synthetic.threshold_blobs,
 }

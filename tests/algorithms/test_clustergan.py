@@ -5,9 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedclust_jax.algorithms.clustergan import (ClusterGAN, ClusterGANConfig, _algorithm,
-                                                assign_points, fedavg, local_update,
-                                                run_clustergan)
+from fedclust_jax.algorithms.clustergan import (ClusterGAN, ClusterGANConfig, assign_points,
+                                                fedavg, local_update)
 from fedclust_jax.data.points import points_from_pools
 from fedclust_jax.models.base import num_params
 from fedclust_jax.models.clustergan import clustergan_nets, conv_s2, deconv_s2
@@ -28,6 +27,8 @@ def tiny_cfg(**kw):
 # the compiled round and local update (compilation dominates their time on a CPU)
 NETS = clustergan_nets(K, **TINY)
 CFG = tiny_cfg()
+ALG = ClusterGAN(NETS, CFG)
+ROUND = jax.jit(ALG.round)
 PER_CLIENT = 20
 # local training of clients [M] from one start (vmapped like the round, so that floating
 # point agrees: Adam's normalisation magnifies last-bit differences over 10 steps)
@@ -119,13 +120,10 @@ def test_bad_config_raises(kw, match):
 def test_mismatched_networks_or_data_raise():
     with pytest.raises(ValueError, match="K = 3"):
         ClusterGAN(clustergan_nets(3, **TINY), CFG)
-    alg = _algorithm(NETS, CFG)
     data = stripes(jax.random.key(0))
     bad = data.replace(x=jnp.zeros(data.x.shape[:2] + (5, 5)))
     with pytest.raises(ValueError, match="expect points of shape"):
-        alg.init(jax.random.key(0), bad)
-    with pytest.raises(ValueError, match="rounds"):
-        run_clustergan(NETS, data, jax.random.key(0), CFG, rounds=-1)
+        ALG.init(jax.random.key(0), bad)
 
 
 # ---- FedAvg round --------------------------------------------------------------------
@@ -147,10 +145,9 @@ def test_one_client_fedavg_equals_local_training():
     """With counts (20, 0) only client 0 takes part: the round returns its local training.
     (Two clients, the shape of the other round tests, so they share one compiled round.)"""
     data = stripes(jax.random.key(0), p=0.0).replace(count=jnp.array([PER_CLIENT, 0], jnp.int32))
-    alg = _algorithm(NETS, CFG)
-    state = alg.init(jax.random.key(1), data)
+    state = ALG.init(jax.random.key(1), data)
     key = jax.random.key(2)
-    new, metrics = alg._round(state, key, data)
+    new, metrics = ROUND(state, key, data)
     local, losses = LOCAL(state.params, data.x[:1], data.count[:1],
                           jax.random.fold_in(key, 0)[None])
     allclose_trees(new.params, jax.tree.map(lambda a: a[0], local), rtol=1e-5, atol=1e-6)
@@ -166,10 +163,9 @@ def test_round_weights_clients_by_point_counts_and_ignores_padding():
     (0, 20) client 1's (same keys, same points), so counts (5, 20) must give their
     5 : 20 average."""
     data = stripes(jax.random.key(0))
-    alg = _algorithm(NETS, CFG)
-    state = alg.init(jax.random.key(1), data)
+    state = ALG.init(jax.random.key(1), data)
     key = jax.random.key(3)
-    run = lambda counts: alg._round(state, key, data.replace(
+    run = lambda counts: ROUND(state, key, data.replace(
         count=jnp.array(counts, jnp.int32)))[0].params
     only0, only1, both = run([5, 0]), run([0, 20]), run([5, 20])
     expect = jax.tree.map(lambda a, b: (5 * a + 20 * b) / 25, only0, only1)
@@ -178,7 +174,7 @@ def test_round_weights_clients_by_point_counts_and_ignores_padding():
                zip(jax.tree.leaves(only0), jax.tree.leaves(only1))) > 1e-3
     # padding (points past count) is never read
     noisy = data.replace(x=data.x.at[0, 5:].set(123.0), count=jnp.array([5, 20], jnp.int32))
-    allclose_trees(alg._round(state, key, noisy)[0].params, both, rtol=1e-6, atol=1e-7)
+    allclose_trees(ROUND(state, key, noisy)[0].params, both, rtol=1e-6, atol=1e-7)
 
 
 def test_fedavg_known_values_and_no_points():
@@ -191,19 +187,22 @@ def test_fedavg_known_values_and_no_points():
 
 # ---- a short run ---------------------------------------------------------------------
 
-def test_run_history_and_easy_patterns_beat_chance():
-    """Two stripe patterns, two clients at p = 0.5: after a short run (250 Adam generator
-    updates per client) the encoder's argmax separates them far better than chance
-    (about 0.5-0.6 for two balanced clusters of 40 points)."""
+def test_run_curves_and_easy_patterns_beat_chance():
+    """Two stripe patterns, two clients at p = 0.5: after a short run through the runner
+    (250 Adam generator updates per client) the encoder's argmax separates them far better
+    than chance (about 0.5-0.6 for two balanced clusters of 40 points)."""
+    from fedclust_jax.experiment import ExperimentConfig, run_experiment
     data = stripes(jax.random.key(2))
-    state, assign, hist = run_clustergan(NETS, data, jax.random.key(6), CFG, rounds=25,
-                                         eval_every=5)
-    assert hist["round"] == [0, 5, 10, 15, 20, 25] and int(state.round) == 25
-    assert len(hist["purity"]) == 6 and len(hist["critic_loss"]) == 25
-    assert assign.shape == (2, PER_CLIENT) and set(np.unique(assign)) <= {0, 1}
-    truth = np.asarray(data.point_cluster)
-    assert hist["purity"][-1] == pytest.approx(purity(assign, truth))
-    assert hist["purity"][-1] >= 0.85, hist["purity"]
+    params = dict(num_clusters=K, noise_dim=NOISE, local_steps=10, batch_size=16,
+                  critic_steps=2, optimizer="adam", lr=5e-3, width=8, fc_width=32)
+    cfg = ExperimentConfig(dataset="uifca-gaussian", algorithm="clustergan", params=params,
+                           rounds=25, eval_every=5)
+    out = run_experiment(cfg, data=data, progress=False)
+    curves = out["curves"]
+    assert curves["round"] == [5, 10, 15, 20, 25] and len(curves["purity"]) == 5
+    assert len(out["history"]["critic_loss"]) == 25
+    assert curves["purity"][-1] == out["metrics"]["purity"]
+    assert curves["purity"][-1] >= 0.85, curves["purity"]
 
 
 def test_through_the_experiment_runner():

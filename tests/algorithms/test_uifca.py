@@ -7,13 +7,13 @@ import pytest
 
 from fedclust_jax.algorithms.kfed import kfed
 from fedclust_jax.algorithms.uifca import (UIFCA, UIFCAConfig, assign_points,
-                                           learn_cluster_models, run_uifca,
-                                           standardize_points)
+                                           learn_cluster_models, standardize_points)
 from fedclust_jax.data.points import true_points
 from fedclust_jax.data.points import (dominant_count, gaussian_clusters,
                                       heterogeneous_clusters, points_from_pools,
                                       subspace_clusters)
 from fedclust_jax.data.registry import build_dataset
+from fedclust_jax.experiment import ExperimentConfig, run_experiment
 from fedclust_jax.metrics import purity
 from fedclust_jax.models.flows import affine_flow
 
@@ -127,23 +127,42 @@ def _two_gaussians(p, n=2, s=200):
                              num_clusters=2, dim=4, separation=10.0, heterogeneity=p)
 
 
-SMALL = dict(num_clusters=2, cluster_rounds=10, comm_rounds=10, local_steps=20, lr=0.01)
+SMALL = dict(num_clusters=2, comm_rounds=10, local_steps=20, lr=0.01)
+
+
+def run(d, rounds, restarts=1, **params):
+    """UIFCA through the runner on the given points, with purity curves every round."""
+    cfg = ExperimentConfig(dataset="uifca-gaussian", algorithm="uifca",
+                           params={**SMALL, **params}, rounds=rounds, restarts=restarts,
+                           eval_every=1)
+    return run_experiment(cfg, data=d, progress=False)
 
 
 @pytest.mark.parametrize("p", [0.0, 1.0])
 def test_uifca_separates_two_gaussians(p):
     d = _two_gaussians(p)
-    state, hist = run_uifca(affine_flow(4), d, jax.random.key(0), UIFCAConfig(**SMALL))
-    assert hist["purity"][0] < 0.6          # starts from the noisy copies' random split
-    assert hist["purity"][-1] == 1.0
+    alg = UIFCA(affine_flow(4), UIFCAConfig(**SMALL))
+    start = alg.init(jax.random.key(0), d)
+    assert purity(start.assign, true_points(d)) < 0.6   # the noisy copies' random split
+    out = run(d, rounds=10)
+    assert out["curves"]["round"] == list(range(1, 11))
+    assert out["curves"]["purity"][-1] == 1.0 == out["metrics"]["purity"]
 
 
 def test_kfed_then_uifca_keeps_a_perfect_start():
     d = _two_gaussians(0.5)
-    start = kfed(jax.random.key(5), d.x, d.count, 2, iters=10, restarts=2).assign
-    _, hist = run_uifca(affine_flow(4), d, jax.random.key(6),
-                        UIFCAConfig(**dict(SMALL, cluster_rounds=2)), assign=start)
-    assert hist["purity"] == [1.0, 1.0, 1.0]
+    start = kfed(jax.random.key(5), d.x, d.count, 2).assign
+    assert purity(start, true_points(d)) == 1.0
+    out = run(d, rounds=2, init_assign="kfed")
+    assert out["curves"]["purity"] == [1.0, 1.0]
+
+
+def test_oracle_start_is_the_true_clusters():
+    d = _two_gaussians(0.5, s=50)
+    alg = UIFCA(affine_flow(4), UIFCAConfig(**dict(SMALL, init_assign="oracle")))
+    np.testing.assert_array_equal(alg.init(jax.random.key(0), d).assign, true_points(d))
+    with pytest.raises(ValueError, match="oracle"):
+        alg.init(jax.random.key(0), d.replace(point_cluster=None))
 
 
 def test_assignment_is_argmin_nll_and_masks_padding():
@@ -178,13 +197,14 @@ def test_learning_weights_clients_by_subset_size():
 def test_options_restarts_and_errors():
     d = _two_gaussians(1.0, s=50)
     opts = dict(model_init="reinit", assign_with="previous", init_assign="random",
-                optimizer="adam", lr=0.01)
-    cfg = UIFCAConfig(**dict(SMALL, cluster_rounds=1, comm_rounds=1, local_steps=2, **opts))
-    state, hist = run_uifca(affine_flow(4), d, jax.random.key(0), cfg, restarts=2)
-    assert state.assign.shape == (2, 50) and len(hist["purity"]) == 2
-    assert len(hist["final_objective"]) == 2
-    assert hist["objective"][-1] == min(hist["final_objective"])
+                optimizer="adam", lr=0.01, comm_rounds=1, local_steps=2)
+    out = run(d, rounds=2, restarts=2, **opts)
+    objective = out["restarts"]["objective"]
+    assert len(objective) == 2 and out["restarts"]["chosen"] == int(np.argmin(objective))
+    assert out["curves"]["objective"][-1] == pytest.approx(min(objective), rel=1e-5)
+    assert out["curves"]["purity"][-1] == out["metrics"]["purity"]
     # assign_with="previous": the first round's assignment uses the initial flows
+    cfg = UIFCAConfig(**dict(SMALL, **opts))
     alg = UIFCA(affine_flow(4), cfg)
     s0 = alg.init(jax.random.key(1), d)
     s1, _ = alg.round(s0, jax.random.key(2), d)
@@ -195,25 +215,6 @@ def test_options_restarts_and_errors():
         UIFCAConfig(model_init="cold")
     with pytest.raises(ValueError):
         UIFCA(affine_flow(3)).init(jax.random.key(0), d)
-
-
-def test_select_after_continues_the_lowest_objective_restart():
-    d = _two_gaussians(0.5, s=50)
-    cfg = UIFCAConfig(**dict(SMALL, cluster_rounds=4, comm_rounds=3, local_steps=5))
-    flow, key = affine_flow(4), jax.random.key(0)
-    s_all, h_all = run_uifca(flow, d, key, cfg, restarts=3)
-    s_end, h_end = run_uifca(flow, d, key, cfg, restarts=3, select_after=4)
-    np.testing.assert_array_equal(s_all.assign, s_end.assign)    # t0 = T: the plain run
-    assert h_all["purity"] == h_end["purity"]
-    s1, h1 = run_uifca(flow, d, key, cfg, restarts=3, select_after=1)
-    assert len(h1["purity"]) == 5 and len(h1["final_objective"]) == 3
-    assert h1["kept"] == int(np.argmin(h1["final_objective"]))
-    assert h1["objective"][1] == min(h1["final_objective"])
-    for bad in (0, 5, 1.5):
-        with pytest.raises(ValueError, match="select_after"):
-            run_uifca(flow, d, key, cfg, restarts=2, select_after=bad)
-    with pytest.raises(ValueError, match="restarts"):
-        run_uifca(flow, d, key, cfg, restarts=0)
 
 
 def test_standardize_points_uses_real_points_only():
