@@ -1,6 +1,8 @@
 """Local-KMeans (Ghosh et al. 2019, as a baseline of SR-FCA): k-means on local models.
 
-Every client trains alone from one common init (``rounds`` x ``local.steps`` steps); at
+Every client trains alone (``rounds`` x ``local.steps`` steps) from one common init
+(``init="common"``, the paper's reading) or from its own random init (``init=
+"independent"``, the SR-FCA authors' code, whose local models are ONE_SHOT's); at
 evaluation the server runs k-means (k-means++ seeding, best of ``n_init``) on the flattened
 local weights [N, P]. Cluster j's model is its centroid (the average of its members'
 weights), with no further training, as the SR-FCA authors' code; client i is scored
@@ -19,6 +21,7 @@ from flax import struct
 from fedclust_jax.algorithms.base import (Algorithm, ScoresClusters, check_chunk, check_clusters, evaluate_clusters)
 from fedclust_jax.algorithms.local import Local, LocalConfig, LocalState
 from fedclust_jax.core.kmeans import kmeans
+from fedclust_jax.core.oneshot import ONE_SHOT_INITS
 from fedclust_jax.core.pytree import flatten_stacked, unflatten_stacked
 from fedclust_jax.core.train import LocalTraining
 
@@ -26,11 +29,13 @@ from fedclust_jax.core.train import LocalTraining
 @dataclasses.dataclass(frozen=True)
 class LocalKMeansConfig:
     """num_clusters: k; kmeans_iters: Lloyd iterations; n_init: k-means restarts (lowest
-    inertia kept); local: the clients' training per round; chunk: clients per chunk."""
+    inertia kept); init: "common" (one w_0 for every client) or "independent" (a random
+    init per client); local: the clients' training per round; chunk: clients per chunk."""
 
     num_clusters: int = 2
     kmeans_iters: int = 50
     n_init: int = 4
+    init: str = "common"
     local: LocalTraining = LocalTraining()
     chunk: int | str | None = "auto"
 
@@ -42,6 +47,8 @@ class LocalKMeansConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.init not in ONE_SHOT_INITS:
+            raise ValueError(f"init must be one of {ONE_SHOT_INITS}, got {self.init!r}")
         check_chunk(self.chunk)
 
 
@@ -66,6 +73,9 @@ class LocalKMeans(ScoresClusters, Algorithm):
     def init(self, key, data) -> LocalKMeansState:
         k_init, k_means = jax.random.split(key)
         local = self.local.init(k_init, data)
+        if self.cfg.init == "independent":
+            keys = jax.random.split(k_init, data.num_clients)
+            local = local.replace(params=jax.vmap(self.model.init)(keys))
         return LocalKMeansState(params=local.params, key=k_means, round=local.round)
 
     def round(self, state, key, data):

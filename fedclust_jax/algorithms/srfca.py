@@ -33,8 +33,8 @@ the authors' code keeps all components).
                                                     their clients unassigned until the
                                                     next RECLUSTER
 
-Hyperparameters outside the variant (the paper leaves their values open;
-benchmarks/srfca_mnist.py uses the code's MNIST values): lam or lam_quantile (the code's
+Hyperparameters outside the variant (the paper leaves their values open; the authors'
+code tunes them per data set): lam or lam_quantile (the code's
 lambda = q-quantile of the ONE_SHOT pairwise distances), t, beta, one_shot_steps,
 rounds_per_refine, clients_per_cluster (None = all members train each round, as the
 paper; the code draws S = 10 per cluster per round) and max_participants (with
@@ -42,7 +42,7 @@ clients_per_cluster, at most M clients train per round, a static buffer filled
 round-robin over clusters; None = min(N, K_max * S), which never drops a drawn client).
 refine_init="common" (every REFINE restarts from the common w_0) is a third option.
 With "sequential" the code's REFINE schedule (5 local steps x 10 clients per round)
-trains as far as the paper reports (benchmarks/results/srfca/tables2-3-5_mnist.md).
+trains as far as the paper reports.
 """
 
 from __future__ import annotations

@@ -163,3 +163,55 @@ def load_leaf_clients(name: str, data_dir=None, *, subdir: str | None = None,
             xt = np.zeros((0, *x.shape[1:]), x.dtype)
         xs.append(x); ys.append(y); xts.append(xt); yts.append(yt)
     return users, xs, ys, xts, yts
+
+
+# ---------------------------------------------------------------- named datasets
+
+def shakespeare_windows(key, *, num_clients: int | None = None, max_train: int | None = None,
+                        max_test: int | None = None, pool: bool = False,
+                        data_dir=None):
+    """LEAF Shakespeare with LEAF's split, one client per speaker (``num_clients`` drawn at
+    random from the key, None = all), each speaker's training / test windows cut to its
+    first ``max_train`` / ``max_test`` (None = all); ``pool``: one client holding every
+    chosen speaker's windows (a centralised run of the same windows). x int32 [N, n, 80]
+    tokens, y [N, n] the next character's token."""
+    from fedclust_jax.data.federated import from_client_lists
+    from fedclust_jax.data.recipes import numpy_rng
+    for name, v in (("num_clients", num_clients), ("max_train", max_train), ("max_test", max_test)):
+        if v is not None and v < 1:
+            raise ValueError(f"{name} must be >= 1 or None, got {v}")
+    users, *lists = load_leaf_clients("shakespeare", data_dir)
+    if num_clients is not None:
+        if num_clients > len(users):
+            raise ValueError(f"num_clients must be in 1..{len(users)} for this copy, got {num_clients}")
+        pick = np.sort(numpy_rng(key).choice(len(users), num_clients, replace=False))
+        lists = [[a[i] for i in pick] for a in lists]
+    xs, ys, xts, yts = ([a[:cut] for a in arrs] for arrs, cut in
+                        zip(lists, (max_train, max_train, max_test, max_test)))
+    if pool:
+        xs, ys, xts, yts = ([np.concatenate(a)] for a in (xs, ys, xts, yts))
+    return from_client_lists(xs, ys, xts, yts, None, task="classification",
+                             num_classes=len(SHAKESPEARE_CHARS), dtype=np.int32)
+
+
+def toy_text(key, *, num_clients: int = 6, num_clusters: int = 2, n: int = 40,
+             n_test: int = 20, length: int = 80):
+    """Shakespeare-shaped token windows without files (CI size): cluster c (client i in
+    cluster i mod K) writes text from its own random first-order Markov chain over LEAF's
+    80 symbols (4 successors a symbol); a client's windows slide over its own text.
+    x int32 [N, n, length], y [N, n] the next token."""
+    from fedclust_jax.data.federated import from_client_lists
+    from fedclust_jax.data.recipes import numpy_rng
+    rng, v = numpy_rng(key), len(SHAKESPEARE_CHARS)
+    succ = rng.integers(0, v, (num_clusters, v, 4))
+    xs, ys, xts, yts = [], [], [], []
+    for i in range(num_clients):
+        text = [int(rng.integers(v))]
+        for _ in range(n + n_test + length):
+            text.append(int(succ[i % num_clusters, text[-1], rng.integers(4)]))
+        text = np.asarray(text, np.int32)
+        win = np.stack([text[j:j + length] for j in range(n + n_test)])
+        nxt = text[length:length + n + n_test]
+        xs.append(win[:n]); ys.append(nxt[:n]); xts.append(win[n:]); yts.append(nxt[n:])
+    return from_client_lists(xs, ys, xts, yts, np.arange(num_clients) % num_clusters,
+                             task="classification", num_classes=v, dtype=np.int32)

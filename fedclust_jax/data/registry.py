@@ -34,3 +34,7 @@ def build_dataset(name: str, key, **params):
     if unknown:
         raise ValueError(f"dataset {name!r} has no parameter(s) {unknown}; it takes {accepted}")
     return builder(key, **params)
+
+from fedclust_jax.data.leaf import shakespeare_windows, toy_text  # noqa: E402
+
+DATASETS.update({"shakespeare-windows": shakespeare_windows, "toy-text": toy_text})

@@ -91,3 +91,15 @@ def test_bad_configs():
         OneShotIFCAConfig(t=0)
     with pytest.raises(ValueError, match="n_init"):
         LocalKMeansConfig(n_init=0)
+
+
+def test_local_kmeans_independent_init_gives_each_client_its_own_start():
+    data = mixture()
+    model = mlp((8, 4))
+    init = lambda how: LocalKMeans(model, LocalKMeansConfig(num_clusters=3, init=how)).init(
+        jax.random.key(0), data).params
+    common, own = flatten_stacked(init("common")), flatten_stacked(init("independent"))
+    assert np.allclose(np.asarray(common), np.asarray(common)[0])        # one w_0 for all
+    assert len(np.unique(np.asarray(own), axis=0)) == data.num_clients       # one each
+    with pytest.raises(ValueError, match="init must be one of"):
+        LocalKMeansConfig(init="fresh")
