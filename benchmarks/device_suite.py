@@ -8,12 +8,13 @@ Parts, in order, each a subprocess with what is left of ``--budget`` (capped per
 
   tests        the precision, IFCA, SR-FCA, robust and streaming tests on the device's
                backend with full float32 matmuls
-  sweep, scale, robust   ``sweep_speed.py``, ``scale.py``, ``robust_aggregators.py``
-  <table id>   each GPU-sized study (``TABLES``) through ``python -m fedclust_jax.reproduce
-               <id> --data-dir D --out <out>/<paper>`` (``--quick`` in a dry run); copy its
+  roofline     ``roofline.py`` in float32 and bfloat16: FLOPs, bytes, seconds and fraction
+               of the probed GEMM / copy peak of every hot program
+  sweep, scale ``sweep_speed.py``, ``scale.py``
+  <table id>   every study file (``TABLES``: the ones issue 49 owes first, then the rest of
+               ``reproduce.table_ids()``) through ``python -m fedclust_jax.reproduce <id>
+               --data-dir D --out <out>/<paper>`` (``--quick`` in a dry run); copy its
                ``<paper>/<name>.md`` and ``.json`` into ``benchmarks/results/<paper>/``
-  ifca_table2, srfca_table4, ifca_table2_code   the table scripts not yet study files
-               (``--full --budget``; ifca_table2_code: ``--protocol code``)
 
 Sessions are short, so the work spans runs: ``--done`` (default ``benchmarks/results`` on a
 full-size run) skips a table whose ``<paper>/<name>.json`` there is a full run, a part an
@@ -41,15 +42,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import output_file  # noqa: E402
-TABLES = ("ifca-table1", "srfca-table5", "threshold-table1", "ifca-figure3c", "ifca-figure3d",
-          "ifca-figure3a", "ifca-figure3b", "uifca-table41")
-SCRIPT_TABLES = {"ifca_table2": ("ifca_table2.py", ("femnist-leaf",), ()),
-                 "srfca_table4": ("srfca_table4.py", ("femnist-leaf", "shakespeare-leaf"), ()),
-                 "ifca_table2_code": ("ifca_table2.py", ("femnist-leaf",), ("--protocol", "code"))}
-DRY_METHODS = {"ifca_table2": ["IFCA k=2", "local"], "srfca_table4": ["SR-FCA", "Local"],
-               "ifca_table2_code": ["IFCA k=2", "local"]}
-PARTS = ("tests", "sweep", "scale", "robust", *TABLES, *SCRIPT_TABLES)
-CAPS = {"tests": 100, "sweep": 120, "scale": 180, "robust": 45}   # seconds; tables: the rest
+from fedclust_jax.reproduce import table_ids  # noqa: E402
+FIRST = ("ifca-table1", "ifca-figure3b", "ifca-figure3c", "ifca-figure3d", "ifca-table2",
+         "ifca-table2code", "srfca-table4", "ifca-figure3a")
+TABLES = FIRST + tuple(t for t in table_ids() if t not in FIRST)
+PARTS = ("tests", "roofline", "roofline-bf16", "sweep", "scale", *TABLES)
+CAPS = {"tests": 100, "roofline": 90, "roofline-bf16": 60, "sweep": 120, "scale": 180}   # seconds; tables: the rest
 TESTS = ["tests/core/test_precision.py", "tests/algorithms/test_ifca.py",
          "tests/algorithms/test_srfca.py", "tests/core/test_robust.py", "tests/core/test_streaming.py"]
 DRY_TESTS = ["tests/core/test_robust.py::test_validation"]
@@ -116,23 +114,17 @@ def part_command(part: str, a, out: Path, done: Done, budget: float):
         size = ["--quick", "--max-clients", "1000", "--rounds", "1"] if dry else []
         return [py, "benchmarks/scale.py", *size, "--data-dir", data, "--markdown",
                 str(out / "scale.md"), "--json", str(out / "scale.json")], {}
-    if part == "robust":
-        size = ["--clients", "40", "--dim", "200", "--repeats", "1"] if dry else ["--repeats", "2"]
-        return [py, "benchmarks/robust_aggregators.py", *size, "--out", str(out / "robust.md")], {}
+    if part.startswith("roofline"):
+        dtype = "bfloat16" if part.endswith("bf16") else "float32"
+        return [py, "benchmarks/roofline.py", *(["--quick"] if dry else []), "--dtype", dtype,
+                "--json", str(out / f"{part}.json"), "--out", str(out / f"{part}.md")], {}
     if part in TABLES:
         if part in done.tables:
             return f"{part}: a full run is in --done"
         return [py, "-m", "fedclust_jax.reproduce", part, "--data-dir", data, "--out",
                 str(out / part.split("-")[0]), "--no-progress", *(["--quick"] if dry else [])], \
             dict(JAX_DEFAULT_MATMUL_PRECISION="highest")    # Figure 3's threshold needs float32
-    script, needs, extra = SCRIPT_TABLES[part]
-    missing = [d for d in needs if not (Path(data) / d).is_dir()]
-    if missing:
-        return f"{', '.join(missing)} not under --data-dir {data} (--prepare-data copies it)"
-    mode = ["--dry-run", "--methods", *DRY_METHODS[part]] if dry else ["--full"]
-    inner = max(1.0, budget - max(15.0, 0.1 * budget))   # the script writes its rows in time
-    return [py, f"benchmarks/{script}", *extra, *mode, "--data-dir", data, "--out",
-            str(out / f"{part}.md"), "--budget", f"{inner:.0f}"], {}
+    raise ValueError(f"unknown part {part!r}")
 
 
 def summary(out: Path, command: str, records: list[dict], archive: str | None) -> None:
