@@ -35,6 +35,14 @@ cluster. Streamed: per-group sums of statistics deltas [G, S] next to the params
 O(G*(P + S) + chunk*(K + P + S + activations)); no [M, P] or [M, S] array. An empty
 cluster keeps its statistics. Every loss (the cluster choice, ``evaluate``, ``objective``)
 uses cluster j's running statistics (train=False, ``models.resnet9.running_view``).
+
+The authors' FEMNIST code's pipeline (Table 2; off by default): ``pretrain_rounds`` rounds
+of FedAvg of one whole model (``pretrain_participation`` of the clients a round, the same
+local training and weighting) start all K models; ``warm_rounds`` rounds of a random-group
+warm start follow (clients split at random into K equal groups, each group's model trained
+by per-group FedAvg with ``warm_clients_per_cluster`` of its members a round); then IFCA.
+``freeze_body``: only the head trains (the body's features carry no gradient, so SGD leaves
+the pre-trained body as it is), in the warm start and in IFCA's rounds.
 """
 
 from __future__ import annotations
@@ -56,7 +64,11 @@ from fedclust_jax.core.pytree import head_mask, take
 from fedclust_jax.core.train import (LocalTraining, cluster_pass, join_state, local_train,
                                      split_state)
 from fedclust_jax.models.resnet9 import is_stateful, running_view
-from fedclust_jax.core.keys import IFCA_KEYS
+from fedclust_jax.core.keys import IFCA_KEYS, Streams
+
+# Children of IFCA's init key used by the code's pipeline (pretrain_rounds, warm_rounds):
+# the pre-trained model's init, its rounds' parent key, the random groups, the warm rounds.
+IFCA_INIT_KEYS = Streams(pretrain=1, pretrain_rounds=2, groups=3, warm_rounds=4)
 
 OPTIONS = ("gradient", "model")
 ASSIGNMENTS = ("loss", "oracle", "fixed")
@@ -76,6 +88,11 @@ class IFCAConfig:
     (``core.clients.chain_clients``); clients_per_cluster (the SR-FCA authors' code,
     instead of ``participation``): every client is reassigned every round and S members
     of each cluster (all of a smaller one) train;
+    pretrain_rounds / pretrain_participation: FedAvg pre-training of one whole model that
+    starts all K (the authors' FEMNIST code, 0 rounds: none); warm_rounds /
+    warm_clients_per_cluster: the random-group warm start after it (0 rounds: none), that
+    many members of each group a round (None: all); freeze_body: train the head only (the
+    body as pre-trained);
     static: participation (the number of participants, a shape)."""
 
     num_clusters: int = 2
@@ -88,6 +105,11 @@ class IFCAConfig:
     chunk: int | str | None = "auto"
     sequential: bool = False
     clients_per_cluster: int | None = None
+    pretrain_rounds: int = 0
+    pretrain_participation: float = 1.0
+    warm_rounds: int = 0
+    warm_clients_per_cluster: int | None = None
+    freeze_body: bool = False
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ()
 
@@ -110,6 +132,18 @@ class IFCAConfig:
         if self.sequential and (self.option != "model" or self.weight_sharing):
             raise ValueError("sequential client training is defined for option=\"model\" "
                              "without weight sharing; set sequential=False")
+        for name in ("pretrain_rounds", "warm_rounds"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        num_participants(1, self.pretrain_participation)
+        if self.warm_clients_per_cluster is not None and (
+                not isinstance(self.warm_clients_per_cluster, int) or self.warm_clients_per_cluster < 1):
+            raise ValueError("warm_clients_per_cluster must be an integer >= 1 or None, got "
+                             f"{self.warm_clients_per_cluster!r}")
+        if self.warm_rounds and (self.assignment != "loss" or self.weight_sharing):
+            raise ValueError("warm_rounds (the random-group warm start) is defined for "
+                             "assignment=\"loss\" without weight sharing; set warm_rounds=0")
 
     def model_state_refusal(self):
         """None: every IFCA configuration carries a model's BatchNorm statistics (both
@@ -126,6 +160,9 @@ class IFCA(SamplesParticipants, ScoresClusters, Algorithm):
         self.model, self.cfg = model, cfg
         if cfg.weight_sharing and not model.head:
             raise ValueError(f"weight sharing needs a model with a head; {model.name} names none")
+        if cfg.freeze_body and not model.splits:
+            raise ValueError(f"freeze_body needs a model split into a body and a head; {model.name} "
+                             "is not; set freeze_body=False")
         check_model_state(self.name, cfg, model.name, is_stateful(model))
 
     def check_data(self, data):
@@ -139,8 +176,12 @@ class IFCA(SamplesParticipants, ScoresClusters, Algorithm):
         sharing all K start from model 0's body. ``assign`` int32[N]: the frozen clustering
         when assignment="fixed"."""
         k = self.cfg.num_clusters
-        if params is None:
+        if params is None and self.cfg.pretrain_rounds:
+            params = self._pretrain(key, data)
+        elif params is None:
             params = jax.vmap(self.model.init)(jax.random.split(key, k))
+        if self.cfg.warm_rounds:
+            params = self._warm_start(key, data, params)
         if self.cfg.weight_sharing:
             params = self._share_body(params)
         if self.cfg.assignment == "fixed" and assign is None:
@@ -155,6 +196,41 @@ class IFCA(SamplesParticipants, ScoresClusters, Algorithm):
                               self.model.init_state(jax.random.key(0)))
         return ClusterState(params=params, assign=assign.astype(jnp.int32),
                             round=jnp.zeros((), jnp.int32), model_state=ms)
+
+    def _pretrain(self, key, data):
+        """[K, ...] copies of one model trained by ``pretrain_rounds`` FedAvg rounds."""
+        cfg = self.cfg
+        fedavg = IFCA(self.model, IFCAConfig(num_clusters=1, local=cfg.local,
+                                             participation=cfg.pretrain_participation,
+                                             weighting=cfg.weighting, chunk=cfg.chunk))
+        state = fedavg.init(IFCA_INIT_KEYS.key(key, "pretrain"), data)
+        parent = IFCA_INIT_KEYS.key(key, "pretrain_rounds")
+        state = jax.lax.fori_loop(0, cfg.pretrain_rounds, lambda t, s: fedavg.round(
+            s, jax.random.fold_in(parent, t), data)[0], state)
+        return jax.tree.map(lambda a: jnp.broadcast_to(a, (cfg.num_clusters,) + a.shape[1:]),
+                            state.params)
+
+    def _warm_start(self, key, data, params):
+        """``params`` [K, ...] after ``warm_rounds`` rounds of per-group FedAvg on K random
+        equal groups of clients."""
+        cfg, n, k = self.cfg, data.num_clients, self.cfg.num_clusters
+        order = jax.random.permutation(IFCA_INIT_KEYS.key(key, "groups"), n)
+        groups = jnp.zeros((n,), jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32) % k)
+        warm = IFCA(self.model, IFCAConfig(num_clusters=k, local=cfg.local, weighting=cfg.weighting,
+                                           assignment="fixed", chunk=cfg.chunk,
+                                           clients_per_cluster=cfg.warm_clients_per_cluster,
+                                           freeze_body=cfg.freeze_body))
+        state = warm.init(None, data, params=params, assign=groups)
+        parent = IFCA_INIT_KEYS.key(key, "warm_rounds")
+        state = jax.lax.fori_loop(0, cfg.warm_rounds, lambda t, s: warm.round(
+            s, jax.random.fold_in(parent, t), data)[0], state)
+        return state.params
+
+    @property
+    def train_model(self):
+        """The model local training differentiates: with ``freeze_body`` the body's features
+        are constants (``frozen_body``)."""
+        return frozen_body(self.model) if self.cfg.freeze_body else self.model
 
     def _share_body(self, params):
         heads = head_mask(params, self.model.head)
@@ -196,7 +272,7 @@ class IFCA(SamplesParticipants, ScoresClusters, Algorithm):
         lr = cfg.local.lr_at(state.round)
         ms = state.model_state
         sums, totals, loss, found = cluster_pass(
-            self.model, cfg.local, state.params, data, None if full else ids, keys, lr,
+            self.train_model, cfg.local, state.params, data, None if full else ids, keys, lr,
             upload=cfg.option, fixed_assign=None if cfg.assignment == "loss" else state.assign,
             weighting=cfg.weighting, share_body=cfg.weight_sharing, chunk=cfg.chunk, state=ms)
         sums, stat_sums = split_state(sums, ms)   # params' [G, ...], statistics' [G, ...]
@@ -255,7 +331,7 @@ class IFCA(SamplesParticipants, ScoresClusters, Algorithm):
 
         def train(v, i, kk):
             p, s = split_state(v, ms)
-            return local_train(self.model, cfg.local, p, *data.train_client(i), kk, lr, state=s)
+            return local_train(self.train_model, cfg.local, p, *data.train_client(i), kk, lr, state=s)
 
         start = join_state(state.params, ms)
         if cfg.sequential:
@@ -294,3 +370,11 @@ class IFCA(SamplesParticipants, ScoresClusters, Algorithm):
                   else state.assign)
         return train.min(axis=1).mean(), dict(score_clusters(loss, acc, assign), assign=assign,
                                               cluster_params=state.params)
+
+
+def frozen_body(model):
+    """``model`` whose body gets no gradient: apply(p, x) = head_apply(p, stop_gradient(
+    body_apply(p, x))), the same outputs; SGD on it changes only the head."""
+    body = lambda p, x: jax.lax.stop_gradient(model.body_apply(p, x))
+    return dataclasses.replace(model, name=f"{model.name}-frozen-body", body_apply=body,
+                               apply=lambda p, x: model.head_apply(p, body(p, x)))

@@ -8,6 +8,14 @@
 
 Assignment errors are never corrected (the drawback the paper names).
 
+features="logreg" (the authors' FEMNIST code): step 1 fits every client's multinomial
+logistic regression on its raw inputs instead ([C, D] coefficients, full-batch GD at
+1 / (a Lipschitz bound of the loss), L2 strength as sklearn's default C = 1, rows of classes
+the client lacks set to 0), k-means runs on those, and the clusters' models start from K
+fresh initialisations (or the pre-trained model, ``pretrain_rounds``) of the task model.
+pretrain_rounds, pretrain_participation, freeze_body: the code's FedAvg pre-training and
+head-only training (``algorithms.ifca``), for the per-cluster FedAvg.
+
 Memory: ``init`` holds the N local models for k-means, O(N*P) (data read by id); the
 per-cluster FedAvg rounds are streamed IFCA rounds (fixed assignment): O(K*P +
 chunk*(P + activations)) plus the data. The authors' FEMNIST
@@ -32,11 +40,16 @@ from fedclust_jax.core.pytree import flatten_stacked
 from fedclust_jax.core.train import LocalTraining, local_train
 
 
+FEATURES = ("model", "logreg")
+
+
 @dataclasses.dataclass(frozen=True)
 class OneShotConfig:
     """num_clusters: k for k-means; erm_steps / erm_lr: the local ERM (full batch);
-    kmeans_iters: Lloyd iterations; local, participation, weighting, chunk: the per-cluster
-    FedAvg that follows (as IFCA option II);
+    kmeans_iters: Lloyd iterations; features: what k-means clusters, "model" (the local
+    models) or "logreg" (per-client logistic regression on raw inputs, the authors' FEMNIST
+    code); local, participation, weighting, chunk: the per-cluster FedAvg that follows (as
+    IFCA option II); pretrain_rounds / pretrain_participation / freeze_body: as IFCA's;
     static: participation (the number of participants, a shape)."""
 
     num_clusters: int = 2
@@ -47,6 +60,10 @@ class OneShotConfig:
     participation: float = 1.0
     weighting: str = "equal"
     chunk: int | str | None = "auto"
+    features: str = "model"
+    pretrain_rounds: int = 0
+    pretrain_participation: float = 1.0
+    freeze_body: bool = False
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("erm_lr",)
 
@@ -57,6 +74,12 @@ class OneShotConfig:
             raise ValueError(f"kmeans_iters must be >= 1, got {self.kmeans_iters}")
         check_weighting(self.weighting)
         check_chunk(self.chunk)
+        if self.features not in FEATURES:
+            raise ValueError(f"features must be one of {FEATURES}, got {self.features!r}")
+        if self.pretrain_rounds and self.features == "model":
+            raise ValueError("pretrain_rounds starts the clusters' models from a pre-trained one, "
+                             "which features=\"model\" replaces by the local models' means; use "
+                             "features=\"logreg\" or pretrain_rounds=0")
 
 
 class OneShotKMeans(SamplesParticipants, ScoresClusters, Algorithm):
@@ -69,14 +92,24 @@ class OneShotKMeans(SamplesParticipants, ScoresClusters, Algorithm):
         self.fedavg = IFCA(model, IFCAConfig(
             num_clusters=cfg.num_clusters, option="model", local=cfg.local,
             participation=cfg.participation, weighting=cfg.weighting, assignment="fixed",
-            chunk=cfg.chunk))
+            chunk=cfg.chunk, pretrain_rounds=cfg.pretrain_rounds,
+            pretrain_participation=cfg.pretrain_participation, freeze_body=cfg.freeze_body))
 
     def check_data(self, data):
         check_clusters(self.cfg.num_clusters, data.num_clients)
+        if self.cfg.features == "logreg" and data.num_classes < 2:
+            raise ValueError('features="logreg" needs classification data; use features="model"')
 
     def init(self, key, data):
-        """Local ERM for every client, k-means on the local models, cluster means."""
+        """Local ERM for every client, k-means on the local models, cluster means (or, with
+        features="logreg", k-means on the logistic-regression coefficients, fresh models)."""
         k_init, k_erm, k_means = jax.random.split(key, 3)
+        if self.cfg.features == "logreg":
+            coef = jax.lax.map(lambda a: logreg_coefficients(*a, data.num_classes, self.cfg.erm_steps),
+                               (data.x, data.y, data.count))
+            labels = kmeans(k_means, coef, self.cfg.num_clusters, iters=self.cfg.kmeans_iters)[1]
+            # ``key`` itself: a pre-trained start is the one IFCA and Local draw from it
+            return self.fedavg.init(key, data, assign=labels.astype(jnp.int32))
         erm = LocalTraining(steps=self.cfg.erm_steps, lr=self.cfg.erm_lr)
         start = self.model.init(k_init)
         n = data.num_clients
@@ -97,3 +130,24 @@ class OneShotKMeans(SamplesParticipants, ScoresClusters, Algorithm):
 
     def evaluate(self, state, data):
         return self.fedavg.evaluate(state, data)
+
+
+def logreg_coefficients(x, y, count, num_classes: int, steps: int):
+    """One client's multinomial logistic regression on its raw inputs x [n, ...] (rows past
+    ``count`` are padding): [C * D] coefficients after ``steps`` full-batch GD steps at
+    1 / L (L = max ||x_i||^2 / 2 + 1 / n, a bound of the loss's curvature), L2 strength
+    1 / (2 n) (sklearn's C = 1 over the mean loss), rows of absent classes set to 0."""
+    x = x.reshape(x.shape[0], -1).astype(jnp.float32)
+    mask = (jnp.arange(x.shape[0]) < count).astype(jnp.float32)
+    n = jnp.maximum(count, 1).astype(jnp.float32)
+    lip = 0.5 * jnp.max(jnp.sum(x * x, 1) * mask) + 1.0 / n
+    onehot = jax.nn.one_hot(y, num_classes)
+
+    def loss(w):
+        logp = jax.nn.log_softmax(x @ w.T)
+        return -jnp.sum(mask * jnp.sum(onehot * logp, 1)) / n + 0.5 * jnp.sum(w * w) / n
+
+    w = jax.lax.fori_loop(0, steps, lambda _, w: w - jax.grad(loss)(w) / lip,
+                          jnp.zeros((num_classes, x.shape[1]), jnp.float32))
+    present = jnp.sum(onehot * mask[:, None], 0) > 0
+    return jnp.where(present[:, None], w, 0.0).reshape(-1)

@@ -132,3 +132,79 @@ def test_without_shared_body_or_split_the_k_models_run_whole():
     got, want = run(params)
     np.testing.assert_allclose(got, want, rtol=TOL)
     assert not WHOLE.splits
+
+
+# ----------------------------------------------------------------------------- the authors'
+# FEMNIST pipeline: FedAvg pre-training, random-group warm start, head-only training
+
+PIPE = dict(local=LOCAL, weighting="samples", chunk=None)
+
+
+def _body_and_head(params):
+    head = SPLIT.head[0].split("/")
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    is_head = lambda path: "/".join(str(getattr(p, "key", getattr(p, "idx", p))) for p in path).startswith("/".join(head))
+    return ([a for p, a in flat if not is_head(p)], [a for p, a in flat if is_head(p)])
+
+
+def test_pretraining_is_fedavg_of_one_model_copied_to_every_cluster():
+    pre = IFCA(SPLIT, IFCAConfig(num_clusters=3, pretrain_rounds=2, pretrain_participation=0.5, **PIPE))
+    got = pre.init(jax.random.key(4), DATA).params
+    one = IFCA(SPLIT, IFCAConfig(num_clusters=1, participation=0.5, **PIPE))
+    from fedclust_jax.algorithms.ifca import IFCA_INIT_KEYS
+    key = jax.random.key(4)
+    state = one.init(IFCA_INIT_KEYS.key(key, "pretrain"), DATA)
+    for t in range(2):
+        state = one.round(state, jax.random.fold_in(IFCA_INIT_KEYS.key(key, "pretrain_rounds"), t), DATA)[0]
+    for k in range(3):
+        assert_trees_close(jax.tree.map(lambda a: a[k], got), jax.tree.map(lambda a: a[0], state.params))
+    assert not np.allclose(jax.tree.leaves(got)[0][0], jax.tree.leaves(one.init(key, DATA).params)[0][0])
+
+
+def test_frozen_body_trains_only_the_head_in_the_warm_start_and_the_rounds():
+    alg = IFCA(SPLIT, IFCAConfig(num_clusters=2, pretrain_rounds=1, warm_rounds=2,
+                                 warm_clients_per_cluster=2, freeze_body=True, **PIPE))
+    start = IFCA(SPLIT, IFCAConfig(num_clusters=2, pretrain_rounds=1, **PIPE)).init(jax.random.key(1), DATA)
+    state = alg.init(jax.random.key(1), DATA)
+    state = jax.jit(alg.round)(state, jax.random.key(2), DATA)[0]
+    body0, head0 = _body_and_head(start.params)
+    body1, head1 = _body_and_head(state.params)
+    assert_trees_close(body0, body1, tol=1e-6)                  # the pre-trained body, kept
+    assert not all(np.allclose(a, b) for a, b in zip(head0, head1))   # the heads trained
+    assert not np.allclose(head1[0][0], head1[0][1])             # the warm start split them
+    with pytest.raises(ValueError, match="freeze_body"):
+        IFCA(WHOLE, IFCAConfig(freeze_body=True))
+    with pytest.raises(ValueError, match="warm_rounds"):
+        IFCAConfig(warm_rounds=2, assignment="oracle")
+
+
+def test_local_and_one_shot_start_from_the_pretrained_model_of_ifca():
+    from fedclust_jax.algorithms.local import Local, LocalConfig
+    from fedclust_jax.algorithms.oneshot_kmeans import OneShotConfig, OneShotKMeans
+    key = jax.random.key(3)
+    ifca = IFCA(SPLIT, IFCAConfig(num_clusters=2, pretrain_rounds=2, **PIPE)).init(key, DATA).params
+    local = Local(SPLIT, LocalConfig(local=LOCAL, chunk=None, weighting="samples",
+                                     pretrain_rounds=2, freeze_body=True))
+    lstate = local.init(key, DATA)
+    assert_trees_close(jax.tree.map(lambda a: a[0], lstate.params), jax.tree.map(lambda a: a[0], ifca))
+    new = jax.jit(local.round)(lstate, jax.random.key(5), DATA)[0]
+    assert_trees_close(_body_and_head(new.params)[0], _body_and_head(lstate.params)[0])
+    shot = OneShotKMeans(SPLIT, OneShotConfig(num_clusters=2, features="logreg", erm_steps=20,
+                                              local=LOCAL, chunk=None, weighting="samples",
+                                              pretrain_rounds=2, freeze_body=True))
+    sstate = shot.init(key, DATA)
+    assert_trees_close(sstate.params, ifca)
+    assert sstate.assign.shape == (DATA.num_clients,) and set(np.unique(sstate.assign)) <= {0, 1}
+    with pytest.raises(ValueError, match="pretrain_rounds"):
+        OneShotConfig(pretrain_rounds=2)
+
+
+def test_logreg_features_separate_label_shifted_clients():
+    """Clients whose labels are permuted get coefficients far apart: k-means on them
+    recovers the two clusters of the concept-shift mixture."""
+    from fedclust_jax.algorithms.oneshot_kmeans import OneShotConfig, OneShotKMeans
+    from fedclust_jax.metrics import misclustering
+    shot = OneShotKMeans(SPLIT, OneShotConfig(num_clusters=2, features="logreg", erm_steps=200,
+                                              chunk=None))
+    state = shot.init(jax.random.key(0), DATA)
+    assert misclustering(np.asarray(state.assign), np.asarray(DATA.cluster)) == 0.0
