@@ -2,7 +2,7 @@ import sys
 
 from fedclust_jax.hostdevices import force_host_devices
 
-force_host_devices()   # one host device per core, set before JAX starts
+force_host_devices()   # FEDCLUST_HOST_DEVICES host devices, set before JAX starts
 
 from fedclust_jax.cli import main  # noqa: E402
 

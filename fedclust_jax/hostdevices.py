@@ -1,12 +1,12 @@
-"""The command line on a CPU: one XLA host device per core, client walks split over them.
+"""The command line on a CPU: several XLA host devices, client walks split over them.
 
-XLA runs one client's small GEMMs (an MNIST client's [100, 784] @ [784, 200]) on one CPU
-device with too little work per step to keep every core busy; with one host device per core
-and each device walking its own block of clients (``core.sharding.split_clients``) the cores
-work side by side. The device count is fixed when JAX starts, so ``force_host_devices``
-runs at the command line's entry, before JAX is imported; ``split_over_host_devices`` then
-opens the split for the run. Results equal the one-device run's up to float summation
-order. ``XLA_FLAGS=--xla_force_host_platform_device_count=1`` keeps one device.
+Opt-in: with ``FEDCLUST_HOST_DEVICES`` set ("cores", or a count >= 2) the command line starts
+JAX with that many host devices (``force_host_devices``, before JAX is imported), and with
+several CPU devices it runs inside ``split_over_host_devices``: every chunked walk over
+clients is split over the devices (``core.sharding.split_clients``), each device walking its
+own block. Results equal the one-device run's up to float summation order. It is not the
+default: measured under a shared machine's load, the split IFCA MNIST round was slower than
+one device (``benchmarks/notes/performance.md``).
 
 Nothing here imports JAX at module level.
 """
@@ -29,18 +29,20 @@ def cores() -> int:
 
 
 def force_host_devices(environ=None) -> int | None:
-    """Sets ``XLA_FLAGS`` to one host device per core (``cores``) unless JAX is already
-    imported, the flags already give a device count, or JAX_PLATFORMS names a platform
-    other than the CPU. Returns the count set, or None."""
+    """Sets ``XLA_FLAGS`` to ``FEDCLUST_HOST_DEVICES`` host devices ("cores": ``cores()``)
+    unless that is unset or below 2, JAX is already imported, the flags already give a
+    device count, or JAX_PLATFORMS names a platform other than the CPU. Returns the count
+    set, or None."""
     environ = os.environ if environ is None else environ
+    asked = environ.get("FEDCLUST_HOST_DEVICES", "")
+    n = cores() if asked == "cores" else int(asked) if asked.isdigit() else 0
     flags = environ.get("XLA_FLAGS", "")
     platforms = environ.get("JAX_PLATFORMS", "")
-    if "jax" in sys.modules or FLAG in flags or (platforms and "cpu" not in platforms):
+    if (n < 2 or "jax" in sys.modules or FLAG in flags
+            or (platforms and "cpu" not in platforms)):
         return None
-    n = cores()
-    if n > 1:
-        environ["XLA_FLAGS"] = f"{flags} {FLAG}={n}".strip()
-    return n if n > 1 else None
+    environ["XLA_FLAGS"] = f"{flags} {FLAG}={n}".strip()
+    return n
 
 
 @contextlib.contextmanager

@@ -11,8 +11,8 @@ layout tested with several devices.
 
 Walks split over the devices: inside ``split_clients(mesh)`` every walk over clients in
 chunks (``core.clients``) whose client count the mesh's size divides runs under
-``shard_map``, each device walking its own block of clients; on a CPU with several host
-devices (``fedclust_jax.hostdevices``) this is how the command line uses every core.
+``shard_map``, each device walking its own block of clients (on a CPU, the command line's
+opt-in ``FEDCLUST_HOST_DEVICES``: ``fedclust_jax.hostdevices``).
 
 Several processes (hosts): call ``initialize_processes`` first in every process, build the
 same data in every process (same seed), then run with ``devices`` = all devices of all

@@ -121,16 +121,15 @@ def test_walks_split_over_host_devices_equal_one_device():
         np.testing.assert_allclose(split, one, rtol=1e-5, err_msg=name)
 
 
-def test_force_host_devices_sets_one_device_per_core_before_jax_starts():
-    from fedclust_jax.hostdevices import FLAG, cores, force_host_devices
-    assert force_host_devices({}) is None                  # JAX is imported in this process
+def test_force_host_devices_sets_the_asked_count_before_jax_starts():
+    from fedclust_jax.hostdevices import FLAG, force_host_devices
+    assert force_host_devices({"FEDCLUST_HOST_DEVICES": "2"}) is None   # JAX is imported here
     probe = ("from fedclust_jax.hostdevices import force_host_devices as f; n = f(); "
              "import jax; print(n, jax.device_count())")
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    res = subprocess.run([sys.executable, "-c", probe], env=dict(env, JAX_PLATFORMS="cpu"),
-                         capture_output=True, text=True, timeout=120)
-    n = cores()
-    assert res.stdout.split() == ([str(n), str(n)] if n > 1 else ["None", "1"]), res.stderr
-    kept = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          env=dict(env, JAX_PLATFORMS="cpu", XLA_FLAGS=f"{FLAG}=1"), timeout=120)
-    assert kept.stdout.split() == ["None", "1"], kept.stderr
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "FEDCLUST_HOST_DEVICES")}
+    run = lambda **extra: subprocess.run(
+        [sys.executable, "-c", probe], env=dict(env, JAX_PLATFORMS="cpu", **extra),
+        capture_output=True, text=True, timeout=120).stdout.split()
+    assert run(FEDCLUST_HOST_DEVICES="3") == ["3", "3"]
+    assert run() == ["None", "1"]                                       # opt-in only
+    assert run(FEDCLUST_HOST_DEVICES="3", XLA_FLAGS=f"{FLAG}=1") == ["None", "1"]
