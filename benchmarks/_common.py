@@ -1,7 +1,8 @@
-"""What benchmark scripts share: one child process per configuration (``--one CFG``),
-per-round timing marks, peak memory, result-file paths checked at the command line, the
-head of a result file (or a whole one from what a script prints), and rounds run in
-compiled chunks under a deadline, saved when the deadline cuts them and resumed from there.
+"""The harness the throughput scripts share: synthetic client data of a real shape, the
+runner's own compiled chunk of rounds (``loop.run_chunk``) to time a round with, median
+seconds, one child process per configuration (``--one CFG``), per-round timing marks, peak
+memory, result-file paths checked at the command line and the head of a result file (the
+command, the load before and after).
 
 A script using it runs from the command line as ``python benchmarks/<script>.py``, so this
 folder is on ``sys.path``; ``run_child`` also puts the repository root there.
@@ -16,15 +17,58 @@ import io
 import json
 import os
 import resource
+import statistics
 import sys
 import time
 from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CHECKPOINT_MAX_BYTES = 4 * 2 ** 30   # larger states (per-client CNNs) are not saved: writing
-                                     # them could outlast the margin (at least 15 s) the
-                                     # suite leaves a cut table script (device disk speed
-                                     # not measured)
+CHECKPOINT_MAX_BYTES = 4 * 2 ** 30   # chunked_rounds: larger states are not saved
+
+
+def synthetic_data(m: int, n: int, feature, classes: int, *, tokens: bool = False, seed=0):
+    """``FederatedData`` of m clients with n examples each: uniform features of shape
+    ``feature`` (or integer tokens < classes), labels uniform over ``classes``; one test
+    example per client. A stand-in of a real data set's shapes for timing."""
+    import jax
+    import jax.numpy as jnp
+
+    from fedclust_jax.data.federated import FederatedData
+    kx, ky = jax.random.split(jax.random.key(seed))
+    x = (jax.random.randint(kx, (m, n, *feature), 0, classes) if tokens
+         else jax.random.uniform(kx, (m, n, *feature)))
+    y = jax.random.randint(ky, (m, n), 0, classes)
+    count = jnp.full((m,), n, jnp.int32)
+    return FederatedData(x=x, y=y, count=count, x_test=x[:, :1], y_test=y[:, :1],
+                         count_test=jnp.ones_like(count), cluster=jnp.zeros_like(count),
+                         num_classes=classes)
+
+
+def runner_round(alg, data, restarts: int = 1, seed: int = 1):
+    """(program, args): one round of ``alg`` on ``data`` as the runner runs it
+    (``loop.run_chunk`` of ``restarts`` restarts over the rounds ``ts`` = [0], the body of
+    ``experiment.run_rounds``' compiled chunk), with its states freshly initialised.
+    ``jax.jit(program)(*args)`` returns (states, history)."""
+    import jax.numpy as jnp
+
+    from fedclust_jax import loop
+    init_keys, round_keys = loop.restart_keys(loop.run_key(seed), restarts)
+    states = loop.init_states(alg, init_keys, data)
+    program = lambda s, k, d, ts: loop.run_chunk(alg, s, k, d, ts)   # noqa: E731
+    return program, (states, round_keys, data, jnp.arange(1))
+
+
+def median_seconds(fn, args, repeats: int) -> float:
+    """Median seconds of ``fn(*args)`` (results ready) over ``repeats`` calls after one
+    untimed call (compilation)."""
+    import jax
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def load_averages() -> str:

@@ -2,18 +2,23 @@
 measured seconds, and the fractions of a GEMM peak and a copy bandwidth probed in the same
 process.
 
-Programs (``--programs``; synthetic stand-in data of the real shapes, recorded as such):
+Programs (``--programs``; synthetic stand-in data of the real shapes, recorded as such;
+rounds are the runner's own compiled chunk, ``loop.run_chunk`` of one round):
   ifca_mlp          IFCA round, option II, MLP 784-200-10, m clients x n, tau full-batch steps, K
   femnist_cnn       IFCA round, FEMNIST CNN (28x28x1, 62 classes), 5 steps of batch 100, K = 4
+  cifar_cnn         IFCA round, IFCA's CIFAR CNN (32x32x3), 5 steps of batch 50, K = 2
   shakespeare_lstm  IFCA round, LSTM 2 x 256 on 80-token windows, 5 steps of batch 10, K = 2
   srfca_cross_loss  SR-FCA ONE_SHOT's [N, N] cross-loss matrix (``core.oneshot.client_distances``)
-  trimmed_mean      ``core.robust.cluster_trimmed_mean`` of [N, d] uploads, K = 4, beta = 0.1
-  median            ``core.robust.cluster_median`` of the same
+  trimmed_mean, median, mean, geometric_median, krum, multi_krum, centered_clipping
+                    ``core.robust``'s per-cluster aggregators of [N, d] uploads, K = 4
+                    (trimmed mean beta = 0.1; ``--sort`` picks the sorting backend)
   ifca_sweep16      16 step sizes of the ifca_mlp round vmapped (``algorithms.hparams.rebuild``)
-  local_steps_mlp   (not in the default list) m clients' 10 local steps of that MLP, one client
-                    at a time (``map_clients(chunk=1)``) on each device of a ``clients`` mesh
-                    (``shard_map``); ``--split-devices D`` reruns it in a child process with D
-                    host devices
+The default list leaves out cifar_cnn and the robust rules past the median.
+
+``--devices D`` reruns the programs that walk clients in a child process with D XLA host
+devices (``--xla_force_host_platform_device_count``) and the walks split over them
+(``fedclust_jax.hostdevices``, as the command line runs on a CPU): one table holds both,
+the split rows with the one-device program's FLOPs and bytes.
 
 FLOPs and bytes: XLA's cost analysis (``compiled.cost_analysis()``) counts a while loop's body
 once, whatever its trip count, and every round here is a ``lax.scan`` over clients and local
@@ -28,11 +33,12 @@ step, so a fraction of the copy bandwidth above 1 means cache-resident traffic.
 
 Limits, measured in the same process: ``gemm``: best f32 a @ b at 2048-4096 (GFLOP/s);
 ``copy``: 8 in-place passes of x + 1 over a 256 MiB float32 array in one loop, bytes read +
-written (GB/s). On a GPU the
-vendor's dense TF32 / BF16 peaks and HBM bandwidth are printed beside where the kind is known.
+written (GB/s); each program is followed by a short probe and the fractions are of the best
+probe of the run. On a GPU the vendor's dense TF32 / BF16 peaks and HBM bandwidth are
+printed beside where the kind is known.
 
-    python benchmarks/roofline.py [--quick] [--programs P ...] [--split-devices 2] \
-        [--json PATH] [--out PATH.md]
+    python benchmarks/roofline.py [--quick] [--programs P ...] [--devices 2] [--chunk auto]
+        [--conv auto] [--sort auto] [--dtype float32] [--json PATH] [--out PATH.md]
 """
 
 from __future__ import annotations
@@ -43,30 +49,31 @@ import math
 import os
 import platform
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-import jax
-import jax.numpy as jnp
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import output_file, printed_to  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _common import median_seconds, output_file, printed_to, runner_round, synthetic_data  # noqa: E402
 
 PROGRAMS = ("ifca_mlp", "femnist_cnn", "shakespeare_lstm", "srfca_cross_loss", "trimmed_mean",
             "median", "ifca_sweep16")
-EXTRA = ("local_steps_mlp",)
-# (full, quick) sizes
+ROBUST = ("trimmed_mean", "median", "mean", "geometric_median", "krum", "multi_krum",
+          "centered_clipping")
+ALL = PROGRAMS + ("cifar_cnn",) + ROBUST[2:]
+WALKS = ("ifca_mlp", "femnist_cnn", "cifar_cnn", "shakespeare_lstm", "srfca_cross_loss",
+         "ifca_sweep16")   # programs with a walk over clients (split by --devices)
+TARGETS = {"ifca_mlp": 0.70, "femnist_cnn": 0.50, "shakespeare_lstm": 0.30}  # of GEMM, on a CPU
+_ROBUST_SIZES = (dict(m=1000, d=50_000), dict(m=40, d=500))
 SIZES = {"ifca_mlp": (dict(m=2400, n=100), dict(m=24, n=20)),
          "femnist_cnn": (dict(m=10, n=200, batch=100), dict(m=2, n=20, batch=10)),
+         "cifar_cnn": (dict(m=10, n=100, batch=50), dict(m=2, n=10, batch=5)),
          "shakespeare_lstm": (dict(m=4, n=100, batch=10), dict(m=2, n=8, batch=4)),
          "srfca_cross_loss": (dict(m=100, n=600), dict(m=8, n=20)),
-         "trimmed_mean": (dict(m=1000, d=50_000), dict(m=40, d=500)),
-         "median": (dict(m=1000, d=50_000), dict(m=40, d=500)),
          "ifca_sweep16": (dict(m=96, n=100), dict(m=8, n=10)),
-         "local_steps_mlp": (dict(m=240, n=100), dict(m=8, n=10))}
+         **{r: _ROBUST_SIZES for r in ROBUST}}
 VENDOR = {  # dense peaks: TF32 and BF16 tensor TFLOP/s, HBM TB/s (SXM parts)
     "H100": dict(tf32_tflops=494.7, bf16_tflops=989.4, hbm_tb_s=3.35),
     "H200": dict(tf32_tflops=494.7, bf16_tflops=989.4, hbm_tb_s=4.8)}
@@ -199,11 +206,10 @@ def hlo_costs(text, loops=True):
     return flops, nbytes, unknown
 
 
-def cost(compiled, parts=1):
+def cost(compiled):
     """dict: flops and bytes = XLA's raw cost analysis (a dict, or a list of dicts on some
     versions) plus what ``hlo_costs`` adds by repeating every loop body its trip count
-    times, times ``parts`` for a program split over that many devices (its HLO is one
-    device's); the raw figures and ``hlo_costs`` with every weight 1 (which should equal them
+    times; the raw figures and ``hlo_costs`` with every weight 1 (which should equal them
     but for uncounted ops such as sorts' comparisons) are kept beside."""
     ca = compiled.cost_analysis()
     ca = (ca[0] if ca else {}) if isinstance(ca, (list, tuple)) else (ca or {})
@@ -211,32 +217,22 @@ def cost(compiled, parts=1):
     flops, nbytes, unknown = hlo_costs(text)
     flops1, bytes1, _ = hlo_costs(text, loops=False)
     raw_flops, raw_bytes = float(ca.get("flops", 0.0)), float(ca.get("bytes accessed", 0.0))
-    return dict(flops=parts * (raw_flops + flops - flops1),
-                bytes=parts * (raw_bytes + nbytes - bytes1), partitions=parts,
+    return dict(flops=raw_flops + flops - flops1, bytes=raw_bytes + nbytes - bytes1,
                 xla_flops_raw=raw_flops, xla_bytes_raw=raw_bytes,
                 check_flops_unweighted=flops1, check_bytes_unweighted=bytes1,
                 loops_without_trip_count=unknown)
 
 
-def seconds(fn, args, repeats):
-    """Median seconds of ``fn(*args)`` over ``repeats`` calls after one warm-up call."""
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
 
 # ------------------------------------------------------------------ probes
-def gemm_probe(sizes=(2048, 3072, 4096), repeats=3, dtype=jnp.float32):
+def gemm_probe(sizes=(2048, 3072, 4096), repeats=3, dtype="float32"):
     """Best achieved FLOP/s of a @ b (n x n, ``dtype``) over ``sizes`` and ``repeats``."""
+    import jax
     best = 0.0
     for n in sizes:
         a = jax.random.normal(jax.random.key(n), (n, n), dtype)
         f = jax.jit(lambda a, b: a @ b)
-        best = max(best, 2 * n ** 3 / seconds(f, (a, a), repeats))
+        best = max(best, 2 * n ** 3 / median_seconds(f, (a, a), repeats))
     return best
 
 
@@ -244,104 +240,106 @@ def copy_probe(mib=256, repeats=3, passes=8):
     """Bytes read + written per second by ``passes`` in-place passes of x + 1 over a ``mib``
     MiB float32 array inside one program (a loop, so no pass allocates or faults in pages),
     plus the copy of the input that XLA makes before the loop."""
+    import jax
+    import jax.numpy as jnp
     x = jnp.zeros((mib * 2 ** 18,), jnp.float32)
     f = jax.jit(lambda x: jax.lax.fori_loop(0, passes, lambda i, x: x + 1.0, x))
-    return 2 * (passes + 1) * x.nbytes / seconds(f, (x,), repeats)
+    return 2 * (passes + 1) * x.nbytes / median_seconds(f, (x,), repeats)
+
+
+def probes(quick, again=False):
+    """The limits; ``again``: the short form probed after every program."""
+    import jax
+    sizes, reps = ((512, 1024), 2) if quick else ((2048,), 3) if again else ((2048, 3072, 4096), 3)
+    limits = dict(gemm_flops_per_s=gemm_probe(sizes, reps),
+                  copy_bytes_per_s=copy_probe(32 if quick else 256, reps))
+    if jax.default_backend() != "cpu":
+        limits["gemm_bf16_flops_per_s"] = gemm_probe(sizes, reps, "bfloat16")
+    return limits
 
 
 # ------------------------------------------------------------------ programs
-def _data(m, n, feature, classes, *, tokens=False):
-    from fedclust_jax.data.federated import FederatedData
-    kx, ky = jax.random.split(jax.random.key(0))
-    x = (jax.random.randint(kx, (m, n, *feature), 0, classes) if tokens
-         else jax.random.uniform(kx, (m, n, *feature)))
-    y = jax.random.randint(ky, (m, n), 0, classes)
-    count = jnp.full((m,), n, jnp.int32)
-    return FederatedData(x=x, y=y, count=count, x_test=x[:, :1], y_test=y[:, :1],
-                         count_test=jnp.ones_like(count), cluster=jnp.zeros_like(count),
-                         num_classes=classes)
-
-
-def _ifca_round(model, data, k, local, chunk="auto"):
+def _ifca(model, data, k, local, a):
     from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
-    alg = IFCA(model, IFCAConfig(num_clusters=k, option="model", local=local, chunk=chunk))
-    return alg, alg.init(jax.random.key(1), data)
+    from fedclust_jax.models.base import with_dtype
+    alg = IFCA(with_dtype(model, a.dtype),
+               IFCAConfig(num_clusters=k, option="model", local=local, chunk=a.chunk))
+    return alg, data.astype(a.dtype)
 
 
-def build(name, s, chunk="auto"):
-    """(function, args, description) of program ``name`` at sizes ``s``."""
+def build(name, s, a):
+    """(function, args, description) of program ``name`` at sizes ``s``, options ``a``
+    (chunk, conv, sort, dtype)."""
+    import jax
+    import jax.numpy as jnp
+
     from fedclust_jax.core.train import LocalTraining
     from fedclust_jax.models.mlp import mlp
     key = jax.random.key(2)
     if name in ("ifca_mlp", "ifca_sweep16"):
-        data = _data(s["m"], s["n"], (784,), 10)
-        alg, state = _ifca_round(mlp((784, 200, 10)), data, 4, LocalTraining(steps=10, lr=0.1),
-                                 chunk)
+        alg, data = _ifca(mlp((784, 200, 10)), synthetic_data(s["m"], s["n"], (784,), 10), 4,
+                          LocalTraining(steps=10, lr=0.1), a)
         what = (f"IFCA option II, MLP 784-200-10, m={s['m']}, n={s['n']}, tau=10 full batch, "
-                f"K=4, chunk {chunk}")
+                f"K=4, chunk {a.chunk}, {a.dtype}")
+        fn, args = runner_round(alg, data)
         if name == "ifca_mlp":
-            return alg.round, (state, key, data), what
+            return fn, args, what
+        from fedclust_jax import loop
         from fedclust_jax.algorithms import hparams
-        lrs = jnp.geomspace(0.01, 0.3, 16)
-        sweep = jax.vmap(lambda lr, st, d: hparams.rebuild(alg, {"lr": lr}).round(st, key, d),
-                         in_axes=(0, None, None))
-        return sweep, (lrs, state, data), "16 step sizes vmapped, each " + what
-    if name == "local_steps_mlp":   # the clients split over a mesh of every device
-        from jax.sharding import PartitionSpec
-        from fedclust_jax.core.clients import map_clients
-        from fedclust_jax.core.sharding import AXIS, client_mesh
-        from fedclust_jax.core.train import local_train
-        model, local = mlp((784, 200, 10)), LocalTraining(steps=10, lr=0.1)
-        data = _data(s["m"], s["n"], (784,), 10)
-        p0 = model.init(jax.random.key(1))
-        keys = jax.random.split(key, s["m"])
-        one = lambda x, y, c, k: local_train(model, local, p0, x, y, c, k, 0.1)
-        walk = lambda x, y, c, k: map_clients(one, x, y, c, k, chunk=1)
-        fn = jax.shard_map(walk, mesh=client_mesh(), in_specs=PartitionSpec(AXIS),
-                           out_specs=PartitionSpec(AXIS))
-        return fn, (data.x, data.y, data.count, keys), (
-            f"m={s['m']} clients' 10 full-batch local steps of MLP 784-200-10, n={s['n']}, "
-            f"one client at a time on each of {jax.device_count()} device(s) (shard_map)")
-    if name in ("femnist_cnn", "shakespeare_lstm"):
-        from fedclust_jax.models.cnn import femnist_cnn
+        sweep = jax.vmap(lambda lr, *b: loop.run_chunk(hparams.rebuild(alg, {"lr": lr}), *b),
+                         in_axes=(0, None, None, None, None))
+        return sweep, (jnp.geomspace(0.01, 0.3, 16), *args), "16 step sizes vmapped, each " + what
+    if name in ("femnist_cnn", "cifar_cnn", "shakespeare_lstm"):
+        from fedclust_jax.models.cnn import cifar_cnn, femnist_cnn
         from fedclust_jax.models.lstm import shakespeare_lstm
-        cnn = name == "femnist_cnn"
-        data = (_data(s["m"], s["n"], (28, 28, 1), 62) if cnn
-                else _data(s["m"], s["n"], (80,), 80, tokens=True))
-        alg, state = _ifca_round(femnist_cnn(62) if cnn else shakespeare_lstm(80), data,
-                                 4 if cnn else 2, LocalTraining(5, 0.04 if cnn else 0.8,
-                                                                batch_size=s["batch"]), chunk)
-        return alg.round, (state, key, data), (
-            f"IFCA option II, {'FEMNIST CNN' if cnn else 'LSTM 2x256, 80-token windows'}, "
-            f"m={s['m']}, n={s['n']}, 5 steps of batch {s['batch']}, K={4 if cnn else 2}, "
-            f"chunk {chunk}")
+        model, data, k, lr, label = {
+            "femnist_cnn": lambda: (femnist_cnn(62, conv=a.conv), synthetic_data(
+                s["m"], s["n"], (28, 28, 1), 62), 4, 0.04, f"FEMNIST CNN (conv {a.conv})"),
+            "cifar_cnn": lambda: (cifar_cnn(10, conv=a.conv), synthetic_data(
+                s["m"], s["n"], (32, 32, 3), 10), 2, 0.1, f"CIFAR CNN (conv {a.conv})"),
+            "shakespeare_lstm": lambda: (shakespeare_lstm(80), synthetic_data(
+                s["m"], s["n"], (80,), 80, tokens=True), 2, 0.8,
+                "LSTM 2x256, 80-token windows")}[name]()
+        alg, data = _ifca(model, data, k, LocalTraining(5, lr, batch_size=s["batch"]), a)
+        fn, args = runner_round(alg, data)
+        return fn, args, (f"IFCA option II, {label}, m={s['m']}, n={s['n']}, 5 steps of batch "
+                          f"{s['batch']}, K={k}, chunk {a.chunk}, {a.dtype}")
     if name == "srfca_cross_loss":
         from fedclust_jax.core.oneshot import client_distances
         model = mlp((784, 200, 10))
-        data = _data(s["m"], s["n"], (784,), 10)
         local = jax.vmap(model.init)(jax.random.split(key, s["m"]))
-        fn = lambda p, d: client_distances(model, p, d, "cross_loss", chunk=chunk)
-        return fn, (local, data), (f"[N, N] cross-loss of N={s['m']} MLP 784-200-10 client "
-                                   f"models, n={s['n']} each, chunk {chunk}")
-    from fedclust_jax.core import robust
+        fn = lambda p, d: client_distances(model, p, d, "cross_loss", chunk=a.chunk)
+        return fn, (local, synthetic_data(s["m"], s["n"], (784,), 10)), (
+            f"[N, N] cross-loss of N={s['m']} MLP 784-200-10 client models, n={s['n']} each, "
+            f"chunk {a.chunk}")
+    from fedclust_jax.core import robust as R
+    sort = dict(method=a.sort)
+    fn = {"trimmed_mean": lambda v, g, p: R.cluster_trimmed_mean(v, g, p, 0.1, **sort),
+          "median": lambda v, g, p: R.cluster_median(v, g, p, **sort),
+          "mean": R.cluster_plain_mean,
+          "geometric_median": lambda v, g, p: R.cluster_geometric_median(v, g, p, iters=10),
+          "krum": lambda v, g, p: R.cluster_krum(v, g, p, byz_frac=0.1),
+          "multi_krum": lambda v, g, p: R.cluster_krum(v, g, p, byz_frac=0.1, multi=True),
+          "centered_clipping": lambda v, g, p: R.cluster_centered_clipping(v, g, p, tau=1.0)}[name]
     values = jax.random.normal(key, (s["m"], s["d"]))
     assign = jax.random.randint(jax.random.key(3), (s["m"],), 0, 4)
-    prev = jnp.zeros((4, s["d"]))
-    fn = ((lambda v, a, p: robust.cluster_trimmed_mean(v, a, p, 0.1)) if name == "trimmed_mean"
-          else (lambda v, a, p: robust.cluster_median(v, a, p)))
-    return fn, (values, assign, prev), (f"coordinate-wise {name.replace('_', ' ')}"
-                                        f"{' (beta 0.1)' * (name == 'trimmed_mean')}, "
-                                        f"N={s['m']}, d={s['d']}, K=4, packed sort")
+    what = {"trimmed_mean": "beta 0.1, ", "geometric_median": "10 Weiszfeld steps, ",
+            "krum": "byzantine fraction 0.1, ", "multi_krum": "byzantine fraction 0.1, ",
+            "centered_clipping": "tau 1, 1 step, "}.get(name, "")
+    sorted_ = f", {a.sort} sort" if name in ("trimmed_mean", "median") else ""
+    return fn, (values, assign, jnp.zeros((4, s["d"]))), (
+        f"per-cluster {name.replace('_', ' ')}, {what}N={s['m']}, d={s['d']}, K=4{sorted_}")
 
 
-def measure(name, s, repeats, chunk="auto"):
-    fn, args, what = build(name, s, chunk)
+def measure(name, s, a):
+    import jax
+    fn, args, what = build(name, s, a)
     t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     rec = dict(program=name, what=what, data="synthetic stand-in of the real shapes",
-               sizes=s, compile_s=time.perf_counter() - t0,
-               **cost(compiled, jax.device_count() if name == "local_steps_mlp" else 1))
-    rec["seconds"] = seconds(compiled, args, repeats)
+               sizes=s, compile_s=time.perf_counter() - t0, devices=jax.device_count(),
+               **cost(compiled))
+    rec["seconds"] = median_seconds(compiled, args, a.repeats)
     return rec
 
 
@@ -356,72 +354,91 @@ def against(rec, limits):
 
 
 def machine(limits):
-    dev = jax.devices()[0]
-    kind = getattr(dev, "device_kind", "")
+    import jax
+    kind = getattr(jax.devices()[0], "device_kind", "")
     vendor = next((v for k, v in VENDOR.items() if k in kind), None)
     return dict(backend=jax.default_backend(), device=kind, devices=jax.device_count(),
                 processor=platform.processor() or platform.machine(), cpus=os.cpu_count(),
                 jax_version=jax.__version__, vendor_peak=vendor, **limits)
 
 
-def probes(quick, again=False):
-    """The limits; ``again``: the short form probed after every program."""
-    sizes, reps = ((512, 1024), 2) if quick else ((2048,), 3) if again else ((2048, 3072, 4096), 3)
-    limits = dict(gemm_flops_per_s=gemm_probe(sizes, reps),
-                  copy_bytes_per_s=copy_probe(32 if quick else 256, reps))
-    if jax.default_backend() != "cpu":
-        limits["gemm_bf16_flops_per_s"] = gemm_probe(sizes, reps, jnp.bfloat16)
-    return limits
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small sizes (a test, CI)")
-    p.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=PROGRAMS + EXTRA)
+    p.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=ALL)
     p.add_argument("--chunk", default="auto", help="client layout: auto, none or an int >= 1")
+    p.add_argument("--conv", default="auto", choices=("auto", "native", "patches"),
+                   help="convolution of the CNNs (models.cnn)")
+    p.add_argument("--sort", default="auto", choices=("auto", "packed", "masked", "numpy"),
+                   help="sorting backend of the median and trimmed mean (core.robust)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="storage of the rounds' params and data")
     p.add_argument("--repeats", type=int, default=3, help="timed calls after a warm-up")
-    p.add_argument("--split-devices", type=int, default=0, metavar="D",
-                   help="also time local_steps_mlp in a child process with D host devices "
-                        "(clients split over them, shard_map), its probes measured there")
+    p.add_argument("--devices", type=int, default=0, metavar="D",
+                   help="also time the client-walking programs in a child process with D "
+                        "host devices, the walks split over them")
     p.add_argument("--json", type=output_file, default=None, help="write the records here")
     p.add_argument("--out", type=output_file, default=None, help="also write the table here")
-    args = p.parse_args(argv)
-    if args.repeats < 1:
-        p.error(f"--repeats must be >= 1, got {args.repeats}")
-    if args.chunk not in ("auto", "none") and not args.chunk.isdigit() or args.chunk == "0":
-        p.error(f"--chunk must be auto, none or a positive number of clients, got {args.chunk}")
-    chunk = {"auto": "auto", "none": None}.get(args.chunk, args.chunk)
-    chunk = int(chunk) if isinstance(chunk, str) and chunk.isdigit() else chunk
-    with printed_to(args.out, __file__):
-        return table(args, chunk)
+    p.add_argument("--split", action="store_true", help=argparse.SUPPRESS)   # the child
+    a = p.parse_args(argv)
+    if a.repeats < 1:
+        p.error(f"--repeats must be >= 1, got {a.repeats}")
+    if a.chunk not in ("auto", "none") and not a.chunk.isdigit() or a.chunk == "0":
+        p.error(f"--chunk must be auto, none or a positive number of clients, got {a.chunk}")
+    if a.devices == 1 or a.devices < 0:
+        p.error(f"--devices must be 0 (none) or >= 2, got {a.devices}")
+    a.chunk = {"auto": "auto", "none": None}[a.chunk] if not a.chunk.isdigit() else int(a.chunk)
+    if a.split:
+        from fedclust_jax.hostdevices import split_over_host_devices
+        with split_over_host_devices():
+            return table(a)
+    with printed_to(a.out, __file__):
+        return table(a)
 
 
-def table(args, chunk):
+def split_records(a, records):
+    """The client-walking programs of ``records`` timed again in a child process with
+    ``a.devices`` host devices (walks split), with the one-device FLOPs and bytes."""
+    names = [r["program"] for r in records if r["program"] in WALKS]
+    if not names:
+        return []
+    flags = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={a.devices}"
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, __file__, "--split", "--programs", *names, "--json",
+               f"{tmp}/r.json", "--repeats", str(a.repeats), "--chunk", str(a.chunk).lower(),
+               "--conv", a.conv, "--dtype", a.dtype] + ["--quick"] * a.quick
+        subprocess.run(cmd, env=dict(os.environ, XLA_FLAGS=flags), check=True,
+                       stdout=subprocess.DEVNULL)
+        with open(f"{tmp}/r.json") as f:
+            split = json.load(f)["records"]
+    one = {r["program"]: r for r in records}
+    for r in split:
+        for k in ("flops", "bytes", "xla_flops_raw", "xla_bytes_raw"):
+            r[k] = one[r["program"]][k]
+        r["what"] += f"; walks split over {r['devices']} host devices"
+    return split
+
+
+def table(a):
     """Probes, then each program followed by a short probe; every fraction is of the best
     probe of the run (so a probe taken while the machine was busier never flatters)."""
-    history = [probes(args.quick)]
+    history = [probes(a.quick)]
     print(f"load at start {os.getloadavg()}", flush=True)
     records = []
-    for name in args.programs:
-        r = measure(name, SIZES[name][1 if args.quick else 0], args.repeats, chunk)
+    for name in a.programs:
+        r = measure(name, SIZES[name][1 if a.quick else 0], a)
         r["load_after"] = os.getloadavg()
         records.append(r)
-        history.append(probes(args.quick, again=True))
+        history.append(probes(a.quick, again=True))
         print(f"{name}: {r['seconds']:.3f} s, load after {r['load_after']}", flush=True)
     limits = {k: max(h[k] for h in history) for k in history[0]}
     info = machine(limits)
-    for r in records:
-        against(r, limits).update(info, probes=history)
-    if args.split_devices > 1:
-        with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_force_"
-                                              f"host_platform_device_count={args.split_devices}"))
-            subprocess.run([sys.executable, __file__, "--programs", "local_steps_mlp", "--json",
-                            f"{tmp}/r.json", "--repeats", str(args.repeats)]
-                           + ["--quick"] * args.quick, env=env, check=True,
-                           stdout=subprocess.DEVNULL)
-            with open(f"{tmp}/r.json") as f:
-                records += json.load(f)["records"]
+    split = split_records(a, records) if a.devices and not a.split else []
+    if split:   # fractions of the best probe of either process
+        limits = {k: max(limits[k], split[0][k]) for k in limits}
+    for r in records + split:
+        against(r, limits).update({k: v for k, v in info.items() if k != "devices"},
+                                  **({} if r in split else dict(probes=history)))
     print(f"\n{info['backend']} ({info['device']}, {info['processor']}, {info['cpus']} cores, "
           f"{info['devices']} device(s)), jax {info['jax_version']}: best of {len(history)} "
           f"probes: GEMM (f32) {limits['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s (all: "
@@ -437,26 +454,27 @@ def table(args, chunk):
     print("\n| program | devices | GFLOP | GB | s | GFLOP/s | GB/s | of GEMM peak | of copy "
           "bandwidth | XLA raw GFLOP / GB (loop bodies once) | load after |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
-    for r in records:
-        _row(r)
+    for r in sorted(records + split, key=lambda r: (a.programs.index(r["program"]), r["devices"])):
+        print(f"| {r['program']} | {r['devices']} | {r['flops'] / 1e9:.2f} | "
+              f"{r['bytes'] / 1e9:.2f} | {r['seconds']:.3f} | {r['flops_per_s'] / 1e9:.1f} | "
+              f"{r['bytes_per_s'] / 1e9:.1f} | {r['fraction_of_gemm_peak']:.2f} | "
+              f"{r['fraction_of_bandwidth']:.2f} | {r['xla_flops_raw'] / 1e9:.3f} / "
+              f"{r['xla_bytes_raw'] / 1e9:.3f} | {r['load_after'][0]:.2f} |", flush=True)
     print("\nPrograms (synthetic stand-in data of the real shapes):")
     for r in records:
-        print(f"- {r['program']} ({r['devices']} device(s); fractions of its own process's "
-              f"probes, GEMM {r['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s, copy "
-              f"{r['copy_bytes_per_s'] / 1e9:.1f} GB/s): {r['what']}")
+        print(f"- {r['program']}: {r['what']}")
+    if info["backend"] == "cpu" and not a.quick:
+        for name, target in TARGETS.items():
+            best = max((r["fraction_of_gemm_peak"] for r in records + split
+                        if r["program"] == name), default=None)
+            if best is not None:
+                print(f"- target: {name} at >= {target:.2f} of the GEMM peak: best "
+                      f"{best:.2f} ({'met' if best >= target else 'not met'})")
     print(f"\nLoad at end: {os.getloadavg()}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(machine=info, records=records), f, indent=1)
-    return records
-
-
-def _row(r):
-    print(f"| {r['program']} | {r['devices']} | {r['flops'] / 1e9:.2f} | {r['bytes'] / 1e9:.2f} | "
-          f"{r['seconds']:.3f} | {r['flops_per_s'] / 1e9:.1f} | {r['bytes_per_s'] / 1e9:.1f} | "
-          f"{r['fraction_of_gemm_peak']:.2f} | {r['fraction_of_bandwidth']:.2f} | "
-          f"{r['xla_flops_raw'] / 1e9:.3f} / {r['xla_bytes_raw'] / 1e9:.3f} | "
-          f"{r['load_after'][0]:.2f} |", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(machine=info, records=records + split), f, indent=1)
+    return records + split
 
 
 if __name__ == "__main__":

@@ -20,14 +20,11 @@ Configurations (``--quick`` on a CPU, well under 10 minutes on 2 cores when unlo
 Full mode adds the MNIST MLP 784-200-10 at N = 100k, 10k, 1k, run first (the MLP at 100k
 on one accelerator is the target; a device run cut by its time limit keeps it).
 
-MNIST clients come from the recipe ``ifca_rotated_mnist(..., views=True, replace=True)``
-(one shared uint8 pool plus per-client indices) when the data package provides it; without
-it they are materialised here in numpy (float32 [N, n, 28, 28, 1]) and a configuration
-whose materialised data would exceed ``--max-data-gb`` is reported as skipped. Synthetic
-regression data is generated here in numpy, one block of clients at a time, with the
-construction of ``data.synthetic.mixed_linear_regression`` (theta*_j: Bernoulli(0.5)^d
-scaled to norm ``separation``; x ~ N(0, I); y = <x, theta*_j> + N(0, 0.1^2)), because the
-JAX generator draws all N x n x d normals at once (peak about twice the data).
+MNIST clients are the recipe ``ifca_rotated_mnist(..., views=True, replace=True)`` (one
+shared uint8 pool plus per-client indices). Synthetic regression data is generated here in
+numpy, one block of clients at a time, with the construction of
+``data.synthetic.mixed_linear_regression``, because the JAX generator draws all N x n x d
+normals at once (peak about twice the data).
 
 Output: a table on stdout; ``--markdown`` and ``--json`` are rewritten after every
 configuration (a stopped run keeps what it finished); ``--json PATH`` writes a list of records {"model", "dataset",
@@ -61,51 +58,14 @@ RECORD_KEYS = ("model", "dataset", "clients", "samples_per_client", "dtype", "ch
 
 # ------------------------------------------------------------------ data (child process)
 
-def mnist_clients(num_clients, n, seed, data_dir, max_data_gb):
-    """(data, note): rotated-MNIST clients (K = 4) drawing n train / n test images with
-    replacement; views where the recipe offers them, else materialised here."""
-    import inspect
-
+def mnist_clients(num_clients, n, seed, data_dir):
+    """Rotated-MNIST clients (K = 4) drawing n train / n test images with replacement (views)."""
     import jax
 
     from fedclust_jax.data import recipes
-    if "replace" in inspect.signature(recipes.ifca_rotated_mnist).parameters:
-        data = recipes.ifca_rotated_mnist(jax.random.key(seed), num_clusters=4,
-                                          num_clients=num_clients, n=n, n_test=n, views=True,
-                                          replace=True, data_dir=data_dir)
-        return data, "views (recipe)"
-    gb = num_clients * 2 * n * 784 * 4 / 1e9
-    if gb > max_data_gb:
-        return None, (f"skipped: materialised data would take {gb:.1f} GB > --max-data-gb "
-                      f"{max_data_gb} (needs view data: recipes.ifca_rotated_mnist(replace=True))")
-    return materialised_mnist(num_clients, n, seed, data_dir), "materialised in numpy (no view recipe)"
-
-
-def materialised_mnist(num_clients, n, seed, data_dir):
-    """float32 FederatedData: client i in cluster i // (N / 4), images rotated by 90 x cluster
-    degrees, n train and n test images drawn uniformly with replacement."""
-    import numpy as np
-
-    from fedclust_jax.data.federated import FederatedData
-    from fedclust_jax.data.sources import load_images
-    x, y, xt, yt = load_images("mnist", data_dir)
-    x, xt = (np.asarray(a, np.float32).reshape(len(a), 28, 28, 1) for a in (x, xt))
-    rng = np.random.default_rng(seed)
-    k = 4
-    cluster = np.repeat(np.arange(k), -(-num_clients // k))[:num_clients].astype(np.int32)
-
-    def draw(images, labels):
-        idx = rng.integers(0, len(images), (num_clients, n))
-        out = np.empty((num_clients, n, 28, 28, 1), np.float32)
-        for c in range(k):
-            rows = cluster == c
-            out[rows] = np.rot90(images[idx[rows]], c, axes=(2, 3))
-        return out, np.asarray(labels, np.int32)[idx]
-
-    (xs, ys), (xts, yts) = draw(x, y), draw(xt, yt)
-    count = np.full(num_clients, n, np.int32)
-    return FederatedData(x=xs, y=ys, count=count, x_test=xts, y_test=yts, count_test=count,
-                         cluster=cluster, task="classification", num_classes=10)
+    return recipes.ifca_rotated_mnist(jax.random.key(seed), num_clusters=4,
+                                      num_clients=num_clients, n=n, n_test=n, views=True,
+                                      replace=True, data_dir=data_dir)
 
 
 def regression_clients(num_clients, n, seed, dim=20, num_clusters=2, separation=3.0,
@@ -153,19 +113,13 @@ def run_one(cfg: dict) -> dict:
                   first_round_s=None, build_s=None, rounds_timed=cfg["rounds"], note="")
     t0 = time.perf_counter()
     if cfg["dataset"] == "mnist-views":
-        data, note = mnist_clients(cfg["clients"], cfg["samples_per_client"], cfg["seed"],
-                                   cfg["data_dir"], cfg["max_data_gb"])
-        k = 4
+        data, k = mnist_clients(cfg["clients"], cfg["samples_per_client"], cfg["seed"],
+                                cfg["data_dir"]), 4
+        record["note"] = "views (recipe)"
     else:
-        data, note, k = regression_clients(cfg["clients"], cfg["samples_per_client"], cfg["seed"]), \
-            "numpy blocks", 2
-    record["note"] = note
-    if data is None:
-        return record
-    if cfg["dtype"] != "float32":
-        if not hasattr(data, "astype"):
-            raise SystemExit(f"--dtype {cfg['dtype']} needs data with an astype method")
-        data = data.astype(cfg["dtype"])
+        data, k = regression_clients(cfg["clients"], cfg["samples_per_client"], cfg["seed"]), 2
+        record["note"] = "numpy blocks"
+    data = data.astype(cfg["dtype"])
     data = jax.tree.map(jnp.asarray, data)
     record["build_s"] = time.perf_counter() - t0
 
@@ -255,8 +209,6 @@ def main(argv=None):
     p.add_argument("--chunk", type=int, help="clients per chunk (default per configuration)")
     p.add_argument("--only", help="run only configurations whose model or dataset equals this")
     p.add_argument("--max-clients", type=int, help="skip configurations with more clients")
-    p.add_argument("--max-data-gb", type=float, default=2.0,
-                   help="largest materialised MNIST data built when no view recipe exists")
     p.add_argument("--timeout", type=float, default=900, help="seconds per configuration")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -275,7 +227,7 @@ def main(argv=None):
     records = []
     for c in configs:
         cfg = dict(c, dtype=args.dtype, rounds=args.rounds, seed=args.seed, data_dir=args.data_dir,
-                   max_data_gb=args.max_data_gb, chunk=args.chunk or c["chunk"])
+                   chunk=args.chunk or c["chunk"])
         print(f"# {cfg['model']} {cfg['dataset']} N={cfg['clients']:,} ...", file=sys.stderr, flush=True)
         r = run_in_subprocess(cfg, args.timeout)
         records.append({k: r.get(k) for k in RECORD_KEYS + ("first_round_s", "build_s",

@@ -91,7 +91,7 @@ def test_every_committed_result_file_opens_with_the_command_of_a_committed_scrip
     files = {f: f.read_text() for f in sorted((bench / "results").rglob("*"))
              if f.suffix in (".md", ".txt") and "experiments" not in f.parts}
     first = {f: text.split("\n", 1)[0] for f, text in files.items()}
-    assert len(first) > 20
+    assert len(first) >= 5
     def script_exists(f, script):        # now, or at the commit that made a moved file
         moved = MOVED.search(files[f])
         if (bench / script).is_file() or moved is None:
@@ -158,7 +158,7 @@ def test_every_committed_result_file_command_parses_with_the_current_script(tmp_
         except SystemExit as e:
             failed.append(f"{f.relative_to(bench)}: exit {e.code}")
     assert failed == []
-    assert checked > 20
+    assert checked >= 5
 
 
 def _rounds_step():
@@ -232,3 +232,26 @@ def test_states_over_the_limit_are_not_saved(tmp_path, monkeypatch):
     monkeypatch.setattr(_common, "CHECKPOINT_MAX_BYTES", 12)
     _, done = chunked_rounds(step, states, 10, 0.0, 4, log=False, checkpoint=path)
     assert path.exists()
+
+
+def test_runner_round_is_the_runners_first_round():
+    """The harness times the runner's own program: its round equals round 0 of
+    ``experiment.run_rounds`` from the same run key; ``synthetic_data`` has the asked shapes."""
+    import jax
+    import numpy as np
+    from _common import median_seconds, runner_round, synthetic_data
+
+    from fedclust_jax import experiment, loop
+    from fedclust_jax.algorithms.registry import build_algorithm
+    from fedclust_jax.models.mlp import mlp
+    data = synthetic_data(6, 5, (4,), 3)
+    assert data.x.shape == (6, 5, 4) and int(data.y.max()) < 3 and data.num_clients == 6
+    alg = build_algorithm("ifca", mlp((4, 8, 3)), dict(num_clusters=2, chunk=1), data)
+    fn, args = runner_round(alg, data, seed=3)
+    states, history = jax.jit(fn)(*args)
+    want, want_history = experiment.run_rounds(alg, data, loop.run_key(3), rounds=1,
+                                               progress=False)
+    for a, b in zip(jax.tree.leaves(states), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+    np.testing.assert_allclose(history["train_loss"], want_history["train_loss"], rtol=1e-6)
+    assert median_seconds(jax.jit(fn), args, 1) > 0

@@ -1,7 +1,8 @@
 """benchmarks/roofline.py: the quick form on a subset writes records with positive, finite
-FLOPs, bytes, seconds and fractions of the probed limits; the HLO recount weights a loop body
-by its trip count and, unweighted, equals XLA's own count; bad flags are refused. Nothing is
-timed against a bound."""
+FLOPs, bytes, seconds and fractions of the probed limits, and with ``--devices 2`` a row of
+the round with its client walks split over 2 host devices; the HLO recount weights a loop
+body by its trip count and, unweighted, equals XLA's own count; bad flags are refused.
+Nothing is timed against a bound."""
 
 import importlib.util
 import json
@@ -27,9 +28,13 @@ FIELDS = ("flops", "bytes", "seconds", "flops_per_s", "bytes_per_s", "fraction_o
 def test_quick_records(tmp_path):
     out = tmp_path / "r.json"
     roofline.main(["--quick", "--repeats", "1", "--programs", "ifca_mlp", "trimmed_mean",
-                   "--json", str(out)])
+                   "--devices", "2", "--json", str(out)])
     doc = json.loads(out.read_text())
-    assert [r["program"] for r in doc["records"]] == ["ifca_mlp", "trimmed_mean"]
+    assert [(r["program"], r["devices"]) for r in doc["records"]] == [
+        ("ifca_mlp", 1), ("trimmed_mean", 1), ("ifca_mlp", 2)]   # no client walk: not split
+    split = doc["records"][2]
+    assert "walks split over 2 host devices" in split["what"]
+    assert split["flops"] == doc["records"][0]["flops"]
     for r in doc["records"]:
         for f in FIELDS:
             assert math.isfinite(r[f]) and r[f] > 0, (r["program"], f, r[f])
@@ -55,7 +60,7 @@ def test_loop_weighting_matches_trip_counts():
 
 
 @pytest.mark.parametrize("flags", [["--chunk", "zero"], ["--repeats", "0"],
-                                   ["--programs", "nope"]])
+                                   ["--programs", "nope"], ["--devices", "1"]])
 def test_bad_flags_exit_2(flags, capsys):
     with pytest.raises(SystemExit) as e:
         roofline.main(flags)
