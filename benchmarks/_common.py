@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -20,10 +19,8 @@ import resource
 import statistics
 import sys
 import time
-from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CHECKPOINT_MAX_BYTES = 4 * 2 ** 30   # chunked_rounds: larger states are not saved
 
 
 def synthetic_data(m: int, n: int, feature, classes: int, *, tokens: bool = False, seed=0):
@@ -194,152 +191,3 @@ def printed_to(path, script: str, fence: bool = False):
         sys.stdout = out
     text = seen.getvalue().rstrip("\n")
     write_markdown(path, script, None, before, f"```\n{text}\n```" if fence else text)
-
-
-def read_jsonl(path) -> list[dict]:
-    """The records of a JSONL file (blank lines skipped); none where the file does not exist."""
-    path = Path(path)
-    return ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            if path.exists() else [])
-
-
-def append_jsonl(path: str, record: dict) -> None:
-    """Appends ``record`` as one JSON line with a single ``write`` on an O_APPEND file, so
-    runs sharing a records file (two processes pinned to two cores) never interleave lines."""
-    data = (json.dumps(record) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        while data:
-            data = data[os.write(fd, data):]
-    finally:
-        os.close(fd)
-
-
-def code_fingerprint(folders=("fedclust_jax", "tests")) -> str:
-    """sha256 (first 16 hex digits) of every .py file under ``folders`` of the repository."""
-    h = hashlib.sha256()
-    files = sorted(f for d in folders for f in Path(ROOT, d).glob("**/*.py"))
-    for f in files:
-        h.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
-def checkpoint_path(folder, *key) -> Path | None:
-    """``folder/<digest>.npz``, the checkpoint of the rows identified by ``key`` (any values
-    with a stable repr: script, setting, method) and by the code of the package and the
-    benchmarks, so a checkpoint of other code is never resumed; None without a folder."""
-    if folder is None:
-        return None
-    text = repr((key, code_fingerprint(("fedclust_jax", "benchmarks"))))
-    return Path(folder) / f"{hashlib.sha256(text.encode()).hexdigest()[:20]}.npz"
-
-
-def add_checkpoint_argument(ap: argparse.ArgumentParser) -> None:
-    """``--checkpoint-dir``: where rows cut by ``--budget`` save their states and resume."""
-    ap.add_argument("--checkpoint-dir", default=None,
-                    help="a row cut by --budget saves its states here, and the same command "
-                         "resumes it from them (the device suite's second call of a session)")
-
-
-def _is_key(leaf) -> bool:
-    import jax
-    return jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
-
-
-def save_rounds(path: Path, states, done: int) -> None:
-    """Writes ``states`` (a pytree of arrays, typed PRNG keys included) and the rounds done
-    as raw bytes to ``path`` (.npz; replaced atomically)."""
-    import jax
-    import numpy as np
-    arrays = {"done": np.asarray(done)}
-    for i, leaf in enumerate(jax.tree.leaves(states)):
-        a = np.asarray(jax.random.key_data(leaf) if _is_key(leaf) else leaf)
-        arrays[f"leaf{i}"] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-    os.replace(tmp, path)
-
-
-def load_rounds(path: Path, template):
-    """(states, rounds done) from ``save_rounds``; ``template`` (states of the same run, e.g.
-    a fresh init) gives the structure, dtypes, shapes and shardings. A file that does not
-    fit the template raises ValueError."""
-    import jax
-    import numpy as np
-    leaves, treedef = jax.tree.flatten(template)
-    with np.load(path) as z:
-        if len(z.files) != len(leaves) + 1:
-            raise ValueError(f"{path}: {len(z.files) - 1} arrays, the run has {len(leaves)}")
-        out = []
-        for i, t in enumerate(leaves):
-            like = jax.random.key_data(t) if _is_key(t) else t
-            raw = z[f"leaf{i}"]
-            if raw.size != like.size * like.dtype.itemsize:
-                raise ValueError(f"{path}: array {i} has {raw.size} bytes, the run's "
-                                 f"{like.shape} {like.dtype} needs {like.size * like.dtype.itemsize}")
-            a = jax.device_put(raw.view(like.dtype).reshape(like.shape), t.sharding)
-            out.append(jax.random.wrap_key_data(a, impl=jax.random.key_impl(t)) if _is_key(t) else a)
-        return jax.tree.unflatten(treedef, out), int(z["done"])
-
-
-def chunked_rounds(step, states, rounds: int, deadline: float, per_chunk: int, *args,
-                   log: bool = True, fixed: bool = False, timing: dict | None = None,
-                   checkpoint: Path | None = None, keep: bool = False):
-    """Runs rounds 0..rounds-1 in chunks of ``per_chunk`` rounds, until ``rounds`` are done
-    or the next chunk, timed like the last, would end after ``deadline``
-    (``time.monotonic()``; the first chunk always runs). A chunk is
-    ``states = step(states, ts, *args)`` (a compiled scan over the round indices ts,
-    int32[n]), or with ``fixed`` ``step(states, start, stop, *args)`` (int32 scalars: a scan
-    of ``per_chunk`` rounds from ``start`` that skips rounds >= ``stop``, so every chunk has
-    one shape and compiles once). ``timing`` (a dict) receives the first chunk's seconds
-    (compile included) and the mean seconds per round of the later chunks. With
-    ``checkpoint`` (a path, ``checkpoint_path``), a run cut by the deadline saves its states
-    there, and a later run with the same path resumes from them (``timing["resumed_from"]``:
-    the round) and deletes the file when it reaches ``rounds``; round t's key depends on t
-    only, so a resumed run runs the same rounds as an uncut one. With ``keep`` a run that
-    reaches ``rounds`` saves its final states as well, and a later run loads them instead
-    of running again (a stage many later rows start from). States over
-    ``CHECKPOINT_MAX_BYTES`` are not saved. Returns (states, rounds run, counted from round
-    0)."""
-    import jax
-    import jax.numpy as jnp
-    done, last, per_chunk = 0, 0.0, max(1, min(per_chunk, rounds))
-    first, later = None, []
-    if checkpoint is not None and checkpoint.exists():
-        states, done = load_rounds(checkpoint, states)
-        if timing is not None:
-            timing["resumed_from"] = done
-        if log:
-            print(f"    resumed at round {done} from {checkpoint}", flush=True)
-    start = done
-    while done < rounds:
-        n = min(per_chunk, rounds - done)
-        if done > start and time.monotonic() + last * n / per_chunk > deadline:
-            break
-        t0 = time.monotonic()
-        chunk_args = ((jnp.int32(done), jnp.int32(rounds)) if fixed
-                      else (jnp.arange(done, done + n),))
-        states = jax.block_until_ready(step(states, *chunk_args, *args))
-        last, done = time.monotonic() - t0, done + n
-        if first is None:
-            first = last
-        else:
-            later.append(last / n)
-        if log:
-            print(f"    {done}/{rounds} rounds ({last:.1f} s for the last {n}; load "
-                  f"{os.getloadavg()[0]:.2f})", flush=True)
-    if checkpoint is not None and done >= rounds and not keep:
-        checkpoint.unlink(missing_ok=True)
-    elif checkpoint is not None and done > start:     # rounds ran since the file was read
-        size = sum(leaf.nbytes for leaf in jax.tree.leaves(states) if not _is_key(leaf))
-        if size <= CHECKPOINT_MAX_BYTES:
-            save_rounds(checkpoint, states, done)
-        elif log:
-            print(f"    not saved: {size / 2**30:.1f} GiB of states (limit "
-                  f"{CHECKPOINT_MAX_BYTES / 2**30:.0f} GiB)", flush=True)
-    if timing is not None:
-        timing.update(first_chunk_s=round(first or 0.0, 2),
-                      s_per_round=round(sum(later) / len(later), 4) if later else None)
-    return states, done

@@ -1,8 +1,8 @@
 """benchmarks/_common: a script's printed output becomes a result file that opens with the
 command, and printing is unchanged (``printed_to``); every committed result file's command
 still parses with its script; result-file options are checked when the
-command line is parsed (``output_file``); rounds cut by a deadline resume from a checkpoint
-(``chunked_rounds``)."""
+command line is parsed (``output_file``); a round is timed through the runner's own program
+(``runner_round``)."""
 
 import argparse
 import re
@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from _common import (checkpoint_path, chunked_rounds, load_rounds, output_file,  # noqa: E402
-                     printed_to, save_rounds)
+from _common import output_file, printed_to  # noqa: E402
 from provenance import command  # noqa: E402
 
 
@@ -159,79 +158,6 @@ def test_every_committed_result_file_command_parses_with_the_current_script(tmp_
             failed.append(f"{f.relative_to(bench)}: exit {e.code}")
     assert failed == []
     assert checked >= 5
-
-
-def _rounds_step():
-    import jax
-    import jax.numpy as jnp
-
-    @jax.jit
-    def step(states, ts):       # round t: x <- x * 0.5 + uniform(fold_in(key, t)); key kept
-        def body(s, t):
-            x, key = s
-            return (x * 0.5 + jax.random.uniform(jax.random.fold_in(key, t), x.shape)
-                    .astype(x.dtype), key), None
-        return jax.lax.scan(body, states, ts)[0]
-    return step, (jnp.ones((3, 2), jnp.bfloat16), jax.random.key(7))
-
-
-def test_chunked_rounds_cut_by_the_deadline_resumes_to_the_uncut_result(tmp_path):
-    import jax
-    import numpy as np
-    step, states = _rounds_step()
-    whole, done = chunked_rounds(step, states, 10, float("inf"), 4, log=False)
-    assert done == 10
-    path = checkpoint_path(tmp_path, "demo", 10)
-    cut, done = chunked_rounds(step, states, 10, 0.0, 4, log=False, checkpoint=path)
-    assert done == 4 and path.exists()                 # the first chunk always runs
-    timing = {}
-    resumed, done = chunked_rounds(step, states, 10, float("inf"), 3, log=False,
-                                   checkpoint=path, timing=timing)
-    assert done == 10 and timing["resumed_from"] == 4 and not path.exists()
-    np.testing.assert_array_equal(np.asarray(resumed[0], np.float32), np.asarray(whole[0], np.float32))
-    assert resumed[0].dtype == whole[0].dtype
-    assert (jax.random.key_data(resumed[1]) == jax.random.key_data(whole[1])).all()
-
-
-def test_kept_checkpoint_of_a_finished_run_is_loaded_instead_of_run_again(tmp_path):
-    import numpy as np
-    step, states = _rounds_step()
-    path = checkpoint_path(tmp_path, "stage")
-    whole, done = chunked_rounds(step, states, 10, float("inf"), 4, log=False, checkpoint=path,
-                                 keep=True)
-    assert done == 10 and path.exists()
-    calls = []
-    timing = {}
-    again, done = chunked_rounds(lambda *a: calls.append(a), states, 10, float("inf"), 4,
-                                 log=False, checkpoint=path, keep=True, timing=timing)
-    assert done == 10 and not calls and timing["resumed_from"] == 10 and path.exists()
-    np.testing.assert_array_equal(np.asarray(again[0], np.float32), np.asarray(whole[0], np.float32))
-
-
-def test_checkpoint_that_does_not_fit_the_run_is_refused(tmp_path):
-    import jax.numpy as jnp
-    _, states = _rounds_step()
-    save_rounds(tmp_path / "c.npz", states, 3)
-    back, done = load_rounds(tmp_path / "c.npz", states)
-    assert done == 3 and back[0].shape == (3, 2)
-    with pytest.raises(ValueError, match="bytes"):
-        load_rounds(tmp_path / "c.npz", (jnp.ones((4, 2), jnp.bfloat16), states[1]))
-    with pytest.raises(ValueError, match="arrays"):
-        load_rounds(tmp_path / "c.npz", (states[0],))
-    assert checkpoint_path(None, "x") is None
-    assert checkpoint_path(tmp_path, "a", 1) != checkpoint_path(tmp_path, "a", 2)
-
-
-def test_states_over_the_limit_are_not_saved(tmp_path, monkeypatch):
-    import _common
-    step, states = _rounds_step()
-    monkeypatch.setattr(_common, "CHECKPOINT_MAX_BYTES", 11)     # the bf16 [3, 2] array: 12
-    path = checkpoint_path(tmp_path, "demo")
-    _, done = chunked_rounds(step, states, 10, 0.0, 4, log=False, checkpoint=path)
-    assert done == 4 and not path.exists()
-    monkeypatch.setattr(_common, "CHECKPOINT_MAX_BYTES", 12)
-    _, done = chunked_rounds(step, states, 10, 0.0, 4, log=False, checkpoint=path)
-    assert path.exists()
 
 
 def test_runner_round_is_the_runners_first_round():
