@@ -11,14 +11,15 @@ box (uniform in the center box [-10, 10]^10). Elbows: l95, the first l with f(l)
 <= 0.05 (f(0) - min f); l(5%), the first l with f(l) <= 1.05 min f.
 """
 import argparse
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from _common import output_file
 from fedclust_jax.core.threshold_clustering import threshold_clustering
+from provenance import generated_by
 from fedclust_jax.data.robust_synthetic import blobs
 
 SIGMAS, INITS, L_MAX = (0.5, 1.0, 2.0, 4.0), ("blob-point", "offset", "data-points", "box"), 80
@@ -55,9 +56,9 @@ def curve(sigma, init, repeats=10):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="benchmarks/results/threshold/figure4.md")
+    ap.add_argument("--out", type=output_file, default="benchmarks/results/threshold/figure4.md")
     args = ap.parse_args(argv)
-    lines = [f"`python benchmarks/threshold_figure4.py {' '.join(argv or sys.argv[1:])}`".replace(" `", "`"),
+    lines = [generated_by(None if argv is None else [__file__, *argv]).rstrip("\n"),
              "", "# Threshold clustering, Figure 4: distance to the true centers against TC iterations",
              "", __doc__.split("\n\n")[0].replace("\n", " "), ""]
     for init in INITS:
