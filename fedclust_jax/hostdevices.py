@@ -4,9 +4,8 @@ Opt-in: with ``FEDCLUST_HOST_DEVICES`` set ("cores", or a count >= 2) the comman
 JAX with that many host devices (``force_host_devices``, before JAX is imported), and with
 several CPU devices it runs inside ``split_over_host_devices``: every chunked walk over
 clients is split over the devices (``core.sharding.split_clients``), each device walking its
-own block. Results equal the one-device run's up to float summation order. It is not the
-default: measured under a shared machine's load, the split IFCA MNIST round was slower than
-one device (``benchmarks/notes/performance.md``).
+own block. Results equal the one-device run's up to float summation order. Off unless asked
+for: the split is faster only when both cores are free.
 
 Nothing here imports JAX at module level.
 """

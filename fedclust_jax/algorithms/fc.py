@@ -65,7 +65,7 @@ class FCConfig(ByzantineSetting):
     every client starts from one model;
     byz_frac and attack fields: see ``fedclust_jax.attacks`` (placement is unused);
     chunk: clients per vectorized chunk (memory: chunk x S gradients); tc_method: TC's
-    "gram" (default; faster for FC's small groups, benchmarks/results notes) or "points";
+    "gram" (default; faster for FC's small groups) or "points";
     the same result up to float32 rounding;
     static: byz_frac (which clients are Byzantine, a count)."""
 
