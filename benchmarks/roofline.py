@@ -21,7 +21,7 @@ devices (``--xla_force_host_platform_device_count``) and the walks split over th
 the split rows with the one-device program's FLOPs and bytes.
 
 FLOPs and bytes: XLA's cost analysis (``compiled.cost_analysis()``) counts a while loop's body
-once, whatever its trip count, and every round here is a ``lax.scan`` over clients and local
+once, whatever its trip count, and every round here is a scan over clients and local
 steps. ``flops`` and ``bytes`` are XLA's raw figures (kept as ``xla_flops_raw``,
 ``xla_bytes_raw``) plus the repeats: ``hlo_costs`` recounts the compiled HLO the way XLA does
 (dot / convolution / elementwise / reduce FLOPs; bytes read and written by every unfused
