@@ -667,7 +667,8 @@ def _main(argv, state: RunState) -> int:
     for r in results:
         m = r["metrics"]
         if m.get("misclustering") and m.get("num_clusters_found") is not None:
-            print(f"note: {r['algorithm']} misclusters {m['misclustering']:.2f} of the clients, "
+            units = "points" if "purity" in m else "clients"     # point clustering: purity
+            print(f"note: {r['algorithm']} misclusters {m['misclustering']:.2f} of the {units}, "
                   f"with {m['num_clusters_found']} cluster(s) found; try more --restarts or "
                   "another --lr")
         bad = [k for k in ("test_loss", "test_acc") if isinstance(r["metrics"].get(k), float)
