@@ -348,6 +348,17 @@ DATA_HELP = {
              "client's arrays)",
     "replace": "clients draw their n examples from the pool with replacement (any number of "
                "clients)",
+    "digits": "the digits used (rotated: the first; digits: one cluster each)",
+    "digit": "the digit whose rotations are the clusters",
+    "fill": "points per client as a fraction of the smallest cluster's pool",
+    "random_background": "pixels below 0.01 replaced by uniform noise (UIFCA Table 4.2's RB)",
+    "pca": "project the representations on their top d principal components (0: none)",
+    "epochs": "RotNet pretraining epochs", "pretrain_images": "MNIST test images RotNet is pretrained on",
+    "pretrain_seed": "seed of RotNet's pretraining", "cache_dir": "folder caching RotNet's params ('' : none)",
+    "max_train": "training windows kept per speaker (none: all)",
+    "max_test": "test windows kept per speaker (none: all)",
+    "pool": "one client holding every chosen speaker's windows (a centralised run)",
+    "length": "characters per window",
 }
 
 

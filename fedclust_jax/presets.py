@@ -169,6 +169,33 @@ DATASET_DEFAULTS: dict[str, dict] = {
         "algorithms": {"kfed": {"num_clusters": 4}, "uifca": {"num_clusters": 4}},
         "source": "as uifca-gaussian (Chung's thesis, Table 4.1)",
     },
+    "uifca-mnist": {
+        "model": "real-nvp", "model_args": {}, "data": {}, "rounds": 20,
+        "training": {},
+        "algorithms": {"kfed": {"num_clusters": 4}, "uifca": {"num_clusters": 4}},
+        "source": "Chung's thesis, Tables 4.2 / 4.3: rotated digit 2, K = 4 rotations, n = K "
+                  "clients; benchmarks/uifca/ holds each table's settings",
+    },
+    "uifca-rotnet-mnist": {
+        "model": None, "model_args": {}, "data": {"pca": 32}, "rounds": 20,
+        "training": {},
+        "algorithms": {"kfed": {"num_clusters": 4}, "uifca": {"num_clusters": 4}},
+        "source": "Chung's thesis, Table 4.3 'MNIST Representations': RotNet features, K = 4 "
+                  "rotations, projected on 32 principal components (Table 4.1's dimension)",
+    },
+    "shakespeare-windows": {
+        "model": "shakespeare-lstm", "model_args": {}, "data": {}, "rounds": 6,
+        "training": {"lr": 0.8, "steps": 400, "batch_size": 10},
+        "algorithms": {"fedavg": {}, "local": {}, "ifca": {"num_clusters": 3, "option": "model"}},
+        "source": "as shakespeare (SR-FCA paper and code), the speakers' windows cut or pooled",
+    },
+    "toy-text": {
+        "model": "shakespeare-lstm", "model_args": {"embed": 8, "hidden": 16, "layers": 1},
+        "data": {}, "rounds": 10,
+        "training": {"lr": 0.5, "steps": 5, "batch_size": 10},
+        "algorithms": {"fedavg": {}, "local": {}, "ifca": {"num_clusters": 2, "option": "model"}},
+        "source": "this project's CI text task: two Markov-chain writers, a small LSTM",
+    },
 }
 
 # Named studies: a dataset's defaults, under a short name.

@@ -309,7 +309,7 @@ def test_reproduce_list():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     tables = proc.stdout.split()
-    assert tables and all(re.fullmatch(r"[a-z0-9]+-[a-z0-9-]+", t) for t in tables), tables
+    assert tables and all(re.fullmatch(r"[a-z0-9]+-[a-z0-9_-]+", t) for t in tables), tables
     for table in tables:
         paper, name = table.split("-", 1)
         assert (ROOT / "benchmarks" / paper / f"{name}.toml").exists(), table
