@@ -11,7 +11,7 @@ Parts, in order, each a subprocess with what is left of ``--budget`` (capped per
   roofline     ``roofline.py`` in float32 and bfloat16: FLOPs, bytes, seconds and fraction
                of the probed GEMM / copy peak of every hot program
   sweep, scale ``sweep_speed.py``, ``scale.py``
-  <table id>   every study file (``TABLES``: the ones issue 49 owes first, then the rest of
+  <table id>   every study file (``TABLES``: the tables still owed a full run first, then the rest of
                ``reproduce.table_ids()``) through ``python -m fedclust_jax.reproduce <id>
                --data-dir D --out <out>/<paper>`` (``--quick`` in a dry run); copy its
                ``<paper>/<name>.md`` and ``.json`` into ``benchmarks/results/<paper>/``
