@@ -25,12 +25,7 @@ import jax
 from flax import nnx
 
 from fedclust_jax.models.base import Model, from_nnx
-from fedclust_jax.models.layers import max_pool, patches_conv, resolve_conv
-
-
-def _conv_kwargs(conv: str) -> dict:
-    """nnx.Conv keyword arguments for a resolved ``conv`` ("native" or "patches")."""
-    return {"conv_general_dilated": patches_conv} if conv == "patches" else {}
+from fedclust_jax.models.layers import conv_kwargs, max_pool, resolve_conv
 
 
 def _as_images(x, height, width, channels):
@@ -44,7 +39,7 @@ class FemnistCNN(nnx.Module):
     def __init__(self, num_classes: int, rngs: nnx.Rngs, size: int = 28, channels: int = 1,
                  conv: str = "native"):
         self.size, self.channels, self.impl = size, channels, resolve_conv(conv)
-        kw = _conv_kwargs(self.impl)
+        kw = conv_kwargs(self.impl)
         self.conv1 = nnx.Conv(channels, 32, (5, 5), padding="SAME", rngs=rngs, **kw)
         self.conv2 = nnx.Conv(32, 64, (5, 5), padding="SAME", rngs=rngs, **kw)
         flat = (size // 4) * (size // 4) * 64
@@ -93,7 +88,7 @@ class CifarCNN(nnx.Module):
         self.size, self.channels, self.crop = size, channels, crop
         self.impl = resolve_conv(conv)
         side = crop or size
-        kw = _conv_kwargs(self.impl)
+        kw = conv_kwargs(self.impl)
         self.conv1 = nnx.Conv(channels, 64, (5, 5), padding="SAME", rngs=rngs, **kw)
         self.conv2 = nnx.Conv(64, 64, (5, 5), padding="SAME", rngs=rngs, **kw)
         side = math.ceil(math.ceil(side / 2) / 2)

@@ -15,8 +15,8 @@ Two flows, each an NNX module split once into graph and pure params (``FlowModel
   Parameters: triangular d + d + d(d-1)/2, the last stored as a dense [d, d] block of
   which the strictly lower part is used (d = 32: 1,088 stored, 560 effective); full
   d^2 + d.
-- ``real_nvp(shape)``: RealNVP (Dinh et al.) on images [H, W] with MLP coupling networks
-  and either checkerboard masks (standard) or cyclic half-image masks (Kirichenko et al.
+- ``real_nvp(shape)``: RealNVP (Dinh et al.) on images [H, W] with MLP or convolutional
+  coupling networks and either checkerboard masks (standard) or cyclic half-image masks (Kirichenko et al.
   2020: the conditioning half cycles top, right, bottom, left, so a coupling cannot use
   the local pixel correlations across a checkerboard). Inputs in [0, 1] go through the
   logit transform logit(alpha + (1 - 2 alpha) x) first (its Jacobian is included).
@@ -25,7 +25,12 @@ Two flows, each an NNX module split once into graph and pure params (``FlowModel
   per-pixel factor; last layer zero-initialised so each coupling starts as the identity),
   then a per-pixel affine layer. Parameters per coupling: D h + h + h^2 + h + 2 D h + 2 D
   + D (scale factor); for 28x28 and h = 128: 320,048, and 2,561,952 in all with 8
-  couplings (see ``num_params``).
+  couplings (see ``num_params``). ``coupling="conv"`` replaces each MLP by Dinh et al.'s
+  kind of s-t network, three 3x3 convolutions (2 -> h -> h -> 2 channels, the inputs
+  being the masked image and the mask), which sees only a pixel's neighbourhood and is
+  shared across positions: the inductive bias Kirichenko et al. name as the reason a
+  flow's likelihood rates other images of the same kind highly. Parameters per coupling:
+  18 h + h + 9 h^2 + h + 18 h + 2 + D; for h = 32 and 28x28: 11,218.
 """
 
 from __future__ import annotations
@@ -38,10 +43,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from fedclust_jax.models.layers import conv_kwargs, resolve_conv
+
 Params = Any
 LOG_2PI = math.log(2.0 * math.pi)
 AFFINE_STRUCTURES = ("triangular", "full")
 MASKS = ("checkerboard", "cyclic")
+COUPLINGS = ("mlp", "conv")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -185,14 +193,40 @@ class Coupling(nnx.Module):
         return y, jnp.sum(s, axis=-1)
 
 
+class ConvCoupling(nnx.Module):
+    """Affine coupling as ``Coupling`` with (s, t) from three 3x3 convolutions over the
+    channels (m x, m) of the [H, W] image: y [n, H W], sum of s [n]. ``conv``: the
+    convolution's implementation (``models.layers``)."""
+
+    def __init__(self, height: int, width: int, hidden: int, conv: str, rngs: nnx.Rngs):
+        self.height, self.width = height, width
+        impl = conv_kwargs(conv)
+        conv = lambda i, o, **kw: nnx.Conv(i, o, kernel_size=(3, 3), padding="SAME",
+                                           rngs=rngs, **impl, **kw)
+        self.c0, self.c1 = conv(2, hidden), conv(hidden, hidden)
+        self.out = conv(hidden, 2, kernel_init=nnx.initializers.zeros)
+        self.scale = nnx.Param(jnp.ones((height * width,)))
+
+    def __call__(self, x, mask):
+        n = x.shape[0]
+        image = jnp.stack([x * mask, jnp.broadcast_to(mask, x.shape)], axis=-1)
+        h = jax.nn.relu(self.c0(image.reshape(n, self.height, self.width, 2)))
+        st = self.out(jax.nn.relu(self.c1(h))).reshape(n, -1, 2)
+        s = (1.0 - mask) * self.scale[...] * jnp.tanh(st[..., 0])
+        y = mask * x + (1.0 - mask) * (x * jnp.exp(s) + st[..., 1])
+        return y, jnp.sum(s, axis=-1)
+
+
 class RealNVP(nnx.Module):
     """Couplings over flattened images, then a per-pixel affine (log_scale, shift)."""
 
     def __init__(self, height: int, width: int, depth: int, hidden: int, mask: str,
-                 alpha: float, rngs: nnx.Rngs):
+                 alpha: float, coupling: str, conv: str, rngs: nnx.Rngs):
         dim = height * width
         self.alpha, self.height, self.width, self.mask = alpha, height, width, mask
-        self.couplings = nnx.List([Coupling(dim, hidden, rngs) for _ in range(depth)])
+        make = ((lambda: Coupling(dim, hidden, rngs)) if coupling == "mlp"
+                else (lambda: ConvCoupling(height, width, hidden, conv, rngs)))
+        self.couplings = nnx.List([make() for _ in range(depth)])
         self.log_scale = nnx.Param(jnp.zeros((dim,)))
         self.shift = nnx.Param(jnp.zeros((dim,)))
 
@@ -213,9 +247,12 @@ class RealNVP(nnx.Module):
 
 
 def real_nvp(shape=(28, 28), *, depth: int = 8, hidden: int = 128, mask: str = "cyclic",
-             alpha: float = 0.05, dequantize: float = 1.0 / 256) -> FlowModel:
+             alpha: float = 0.05, dequantize: float = 1.0 / 256,
+             coupling: str = "mlp", conv: str = "auto") -> FlowModel:
     """RealNVP on images ``shape`` = (H, W) with pixel values in [0, 1 - dequantize];
-    mask "cyclic" (default, [T]'s chosen setting) or "checkerboard" (standard)."""
+    mask "cyclic" (default, [T]'s chosen setting) or "checkerboard" (standard); coupling
+    networks "mlp" (default; ``hidden`` units) or "conv" (``hidden`` channels, convolutions
+    by ``conv``: "auto", "native" or "patches", ``models.layers``)."""
     if len(shape) != 2 or min(shape) < 2:
         raise ValueError(f"real_nvp needs an image shape (H, W) with H, W >= 2, got {shape}")
     if depth < 1 or hidden < 1:
@@ -224,9 +261,14 @@ def real_nvp(shape=(28, 28), *, depth: int = 8, hidden: int = 128, mask: str = "
         raise ValueError(f"mask must be one of {MASKS}, got {mask!r}")
     if not 0.0 < alpha < 0.5:
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
+    if coupling not in COUPLINGS:
+        raise ValueError(f"coupling must be one of {COUPLINGS}, got {coupling!r}")
+    resolve_conv(conv)
     h, w = shape
-    return _wrap(f"realnvp{h}x{w}-{mask}-d{depth}-h{hidden}",
-                 lambda rngs: RealNVP(h, w, depth, hidden, mask, alpha, rngs), shape, dequantize)
+    kind = "" if coupling == "mlp" else f"-{coupling}"
+    return _wrap(f"realnvp{h}x{w}-{mask}{kind}-d{depth}-h{hidden}",
+                 lambda rngs: RealNVP(h, w, depth, hidden, mask, alpha, coupling, conv, rngs),
+                 shape, dequantize)
 
 
 def noisy_copies(params: Params, key, k: int, noise_std: float) -> Params:

@@ -34,6 +34,11 @@ def resolve_conv(conv: str) -> str:
     return conv
 
 
+def conv_kwargs(conv: str) -> dict:
+    """``nnx.Conv`` keyword arguments for ``conv`` ("auto" resolved first): patches or native."""
+    return {"conv_general_dilated": patches_conv} if resolve_conv(conv) == "patches" else {}
+
+
 def _shifted_windows(x, window, strides, pads, fill):
     """x [n, H, W, C] -> list of kh * kw arrays [n, H', W', C]: the input under each window
     offset (row-major over (i, j)), after padding with ``fill``."""

@@ -40,11 +40,12 @@ def test_affine_flow_integrates_to_one_in_1d():
     assert float(jnp.trapezoid(dens, grid[:, 0])) == pytest.approx(1.0, abs=1e-4)
 
 
-@pytest.mark.parametrize("mask", ["checkerboard", "cyclic"])
-def test_realnvp_log_det_is_the_jacobian(mask):
+@pytest.mark.parametrize("mask,coupling", [("checkerboard", "mlp"), ("cyclic", "mlp"),
+                                           ("checkerboard", "conv")])
+def test_realnvp_log_det_is_the_jacobian(mask, coupling):
     """forward's log|det| equals slogdet of autodiff's Jacobian of the data -> latent map,
     and log_prob = log N(z) + log|det J|."""
-    flow = real_nvp((2, 2), depth=4, hidden=8, mask=mask, dequantize=0.0)
+    flow = real_nvp((2, 2), depth=4, hidden=8, mask=mask, dequantize=0.0, coupling=coupling)
     params = _perturbed(flow, jax.random.key(1), scale=0.5)
     x = jax.random.uniform(jax.random.key(2), (3, 4), minval=0.05, maxval=0.95)
     for xi in x:
@@ -79,6 +80,20 @@ def test_coupling_masks():
 
 def test_realnvp_parameter_count_matches_docstring():
     assert num_params(real_nvp().init(jax.random.key(0))) == 2_561_952
+    conv = real_nvp(depth=1, hidden=32, coupling="conv").init(jax.random.key(0))
+    assert num_params(conv) - 2 * 784 == 11_218     # one coupling + the per-pixel affine
+
+
+def test_conv_coupling_is_local():
+    """One conv coupling (three 3x3 convolutions) moves a pixel by a function of the
+    pixels at most 3 rows and 3 columns away, so z at the corner ignores the rest."""
+    flow = real_nvp((9, 9), depth=1, hidden=4, mask="checkerboard", dequantize=0.0,
+                    coupling="conv")
+    params = _perturbed(flow, jax.random.key(3), scale=0.5)
+    x = jax.random.uniform(jax.random.key(4), (81,), minval=0.1, maxval=0.9)
+    jac = jax.jacfwd(lambda v: flow.forward(params, v.reshape(1, 9, 9))[0][0])(x)
+    dep = np.abs(np.asarray(jac)).reshape(9, 9, 9, 9) > 0
+    assert dep[0, 0, :4, :4].any() and not dep[0, 0, 4:, :].any() and not dep[0, 0, :, 4:].any()
 
 
 def test_noisy_copies():
@@ -95,3 +110,5 @@ def test_bad_config():
         affine_flow(3, structure="planar")
     with pytest.raises(ValueError):
         real_nvp((28, 28), mask="channel")
+    with pytest.raises(ValueError):
+        real_nvp((28, 28), coupling="resnet")
