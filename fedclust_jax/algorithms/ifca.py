@@ -64,11 +64,7 @@ from fedclust_jax.core.pytree import head_mask, take
 from fedclust_jax.core.train import (LocalTraining, cluster_pass, join_state, local_train,
                                      split_state)
 from fedclust_jax.models.resnet9 import is_stateful, running_view
-from fedclust_jax.core.keys import IFCA_KEYS, Streams
-
-# Children of IFCA's init key used by the code's pipeline (pretrain_rounds, warm_rounds):
-# the pre-trained model's init, its rounds' parent key, the random groups, the warm rounds.
-IFCA_INIT_KEYS = Streams(pretrain=1, pretrain_rounds=2, groups=3, warm_rounds=4)
+from fedclust_jax.core.keys import IFCA_INIT_KEYS, IFCA_KEYS
 
 OPTIONS = ("gradient", "model")
 ASSIGNMENTS = ("loss", "oracle", "fixed")

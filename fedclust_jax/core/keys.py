@@ -68,5 +68,8 @@ MYOPIC_KEYS = Streams(kmeans=5)
 
 # Children of other keys.
 BRIFCA_INIT_KEYS = Streams(noise=1)                      # BR-IFCA's init key: the noise leaves
+# IFCA's init key, the code's pipeline (pretrain_rounds, warm_rounds): the pre-trained
+# model's init, its rounds' parent key, the random groups, the warm rounds.
+IFCA_INIT_KEYS = Streams(pretrain=1, pretrain_rounds=2, groups=3, warm_rounds=4)
 DITTO_CLIENT_KEYS = Streams(personal=1)                  # a client's key: its personal steps
 ONESHOT_INIT_KEYS = Streams(independent=1)               # ONE_SHOT's init key: independent inits

@@ -151,7 +151,7 @@ def test_pretraining_is_fedavg_of_one_model_copied_to_every_cluster():
     pre = IFCA(SPLIT, IFCAConfig(num_clusters=3, pretrain_rounds=2, pretrain_participation=0.5, **PIPE))
     got = pre.init(jax.random.key(4), DATA).params
     one = IFCA(SPLIT, IFCAConfig(num_clusters=1, participation=0.5, **PIPE))
-    from fedclust_jax.algorithms.ifca import IFCA_INIT_KEYS
+    from fedclust_jax.core.keys import IFCA_INIT_KEYS
     key = jax.random.key(4)
     state = one.init(IFCA_INIT_KEYS.key(key, "pretrain"), DATA)
     for t in range(2):
