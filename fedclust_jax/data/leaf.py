@@ -204,14 +204,16 @@ def toy_text(key, *, num_clients: int = 6, num_clusters: int = 2, n: int = 40,
     from fedclust_jax.data.recipes import numpy_rng
     rng, v = numpy_rng(key), len(SHAKESPEARE_CHARS)
     succ = rng.integers(0, v, (num_clusters, v, 4))
-    xs, ys, xts, yts = [], [], [], []
-    for i in range(num_clients):
-        text = [int(rng.integers(v))]
-        for _ in range(n + n_test + length):
-            text.append(int(succ[i % num_clusters, text[-1], rng.integers(4)]))
-        text = np.asarray(text, np.int32)
-        win = np.stack([text[j:j + length] for j in range(n + n_test)])
-        nxt = text[length:length + n + n_test]
-        xs.append(win[:n]); ys.append(nxt[:n]); xts.append(win[n:]); yts.append(nxt[n:])
-    return from_client_lists(xs, ys, xts, yts, np.arange(num_clients) % num_clusters,
-                             task="classification", num_classes=v, dtype=np.int32)
+    cluster = np.arange(num_clients) % num_clusters
+    steps = n + n_test + length
+    text = np.empty((num_clients, steps + 1), np.int32)
+    text[:, 0] = rng.integers(0, v, num_clients)
+    choice = rng.integers(0, 4, (num_clients, steps))
+    for t in range(steps):                          # the chain, all clients at once
+        text[:, t + 1] = succ[cluster, text[:, t], choice[:, t]]
+    win = np.lib.stride_tricks.sliding_window_view(text, length, axis=1)[:, :n + n_test]
+    nxt = text[:, length:length + n + n_test]
+    xs, xts = list(win[:, :n]), list(win[:, n:])
+    ys, yts = list(nxt[:, :n]), list(nxt[:, n:])
+    return from_client_lists(xs, ys, xts, yts, cluster, task="classification",
+                             num_classes=v, dtype=np.int32)
