@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -214,7 +215,7 @@ def add_common(p: argparse.ArgumentParser):
                    "(losses, aggregates and optimizer state stay float32)")
     g.add_argument("--devices", type=CliText, help="split the clients over this many devices (default one)")
     g = p.add_argument_group("output")
-    g.add_argument("--output", help="write results (config, metrics, history) to this JSON file: "
+    g.add_argument("--output", help="write results (command, config, metrics, history) to this JSON file: "
                                     "run writes one result object, compare a list of them")
     g.add_argument("--no-progress", action="store_true", help="no progress reports (they go to stderr at "
                                                                "least every 10 s, or every round)")
@@ -593,6 +594,7 @@ def split_plugins(argv) -> tuple[list[str], list[str]]:
 
 
 def _main(argv, state: RunState) -> int:
+    command_line = shlex.join(["fedclust-jax", *(sys.argv[1:] if argv is None else argv)])
     try:
         plugins, argv = split_plugins(argv)
         if plugins:
@@ -688,8 +690,9 @@ def _main(argv, state: RunState) -> int:
             print(f"fedclust-jax: warning: {r['algorithm']} diverged ({bad[0]} is NaN); lower its "
                   "learning rate", file=sys.stderr)
             code = 1
-    if args.output:   # run: the result object; compare: a list of them
-        written = results[0] if args.command == "run" else results
+    if args.output:   # run: the result object; compare: a list of them; each names its command
+        written = [{"command": command_line, **r} for r in results]
+        written = written[0] if args.command == "run" else written
         code = max(code, saved(save_results(written, args.output), args.output,
                                f"results written to {args.output}"))
     return code

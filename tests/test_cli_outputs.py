@@ -42,6 +42,8 @@ def test_checkpoints_per_algorithm_json_and_settings(tmp_path, capsys):
     assert printed.index("num_clusters=4") < printed.index("algorithm ")  # settings above the table
     r = json.loads(out.read_text())
     ifca = r[1]
+    assert next(iter(ifca)) == "command" and ifca["command"].startswith(
+        f"fedclust-jax compare --algorithms fedavg,ifca --checkpoint {ck}")
     assert ifca["effective"]["params"]["num_clusters"] == 4
     assert ifca["effective"]["params"]["weighting"] == "equal"  # defaults included
     assert ifca["effective"]["model"] == "mlp" and ifca["config"]["model_args"] == {"hidden": [4]}
