@@ -176,6 +176,14 @@ def coupling_masks(height: int, width: int, depth: int, kind: str) -> jax.Array:
     return jnp.stack([base[l % len(base)].reshape(-1) for l in range(depth)]).astype(jnp.float32)
 
 
+def affine_coupling(x, mask, scale, s, t):
+    """y = m x + (1 - m)(x exp(s') + t) with s' = (1 - m) a tanh(s): x, s, t [n, D], mask m
+    and factor a [D]. Returns y [n, D] and log|det dy/dx| = sum of s' [n]."""
+    s = (1.0 - mask) * scale * jnp.tanh(s)
+    y = mask * x + (1.0 - mask) * (x * jnp.exp(s) + t)
+    return y, jnp.sum(s, axis=-1)
+
+
 class Coupling(nnx.Module):
     """Affine coupling y = m x + (1 - m)(x exp(s) + t), (s, t) = MLP(m x); s = a tanh(.)."""
 
@@ -188,9 +196,7 @@ class Coupling(nnx.Module):
     def __call__(self, x, mask):
         h = jax.nn.relu(self.l1(jax.nn.relu(self.l0(x * mask))))
         s, t = jnp.split(self.out(h), 2, axis=-1)
-        s = (1.0 - mask) * self.scale[...] * jnp.tanh(s)
-        y = mask * x + (1.0 - mask) * (x * jnp.exp(s) + t)
-        return y, jnp.sum(s, axis=-1)
+        return affine_coupling(x, mask, self.scale[...], s, t)
 
 
 class ConvCoupling(nnx.Module):
@@ -212,9 +218,7 @@ class ConvCoupling(nnx.Module):
         image = jnp.stack([x * mask, jnp.broadcast_to(mask, x.shape)], axis=-1)
         h = jax.nn.relu(self.c0(image.reshape(n, self.height, self.width, 2)))
         st = self.out(jax.nn.relu(self.c1(h))).reshape(n, -1, 2)
-        s = (1.0 - mask) * self.scale[...] * jnp.tanh(st[..., 0])
-        y = mask * x + (1.0 - mask) * (x * jnp.exp(s) + st[..., 1])
-        return y, jnp.sum(s, axis=-1)
+        return affine_coupling(x, mask, self.scale[...], st[..., 0], st[..., 1])
 
 
 class RealNVP(nnx.Module):
