@@ -84,16 +84,23 @@ def test_realnvp_parameter_count_matches_docstring():
     assert num_params(conv) - 2 * 784 == 11_218     # one coupling + the per-pixel affine
 
 
-def test_conv_coupling_is_local():
+@pytest.mark.parametrize("coupling", ["conv", "mlp"])
+def test_conv_coupling_is_local(coupling):
     """One conv coupling (three 3x3 convolutions) moves a pixel by a function of the
-    pixels at most 3 rows and 3 columns away, so z at the corner ignores the rest."""
+    conditioning pixels at most 3 rows and 3 columns away; an MLP coupling by pixels
+    anywhere. Pixel (0, 1) is moved by the first checkerboard coupling."""
     flow = real_nvp((9, 9), depth=1, hidden=4, mask="checkerboard", dequantize=0.0,
-                    coupling="conv")
+                    coupling=coupling)
     params = _perturbed(flow, jax.random.key(3), scale=0.5)
     x = jax.random.uniform(jax.random.key(4), (81,), minval=0.1, maxval=0.9)
     jac = jax.jacfwd(lambda v: flow.forward(params, v.reshape(1, 9, 9))[0][0])(x)
-    dep = np.abs(np.asarray(jac)).reshape(9, 9, 9, 9) > 0
-    assert dep[0, 0, :4, :4].any() and not dep[0, 0, 4:, :].any() and not dep[0, 0, :, 4:].any()
+    dep = np.abs(np.asarray(jac)).reshape(9, 9, 9, 9)[0, 1] > 0
+    window = np.zeros((9, 9), bool)
+    window[:4, :5] = True
+    others = dep.copy()
+    others[0, 1] = False
+    assert others[window].any()                  # moved by its neighbours
+    assert dep[~window].any() == (coupling == "mlp")
 
 
 def test_noisy_copies():
