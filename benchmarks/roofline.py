@@ -347,7 +347,8 @@ def against(rec, limits):
     """``rec`` with its rates and their fractions of ``limits``."""
     rec.update(limits, flops_per_s=rec["flops"] / rec["seconds"],
                bytes_per_s=rec["bytes"] / rec["seconds"],
-               memory_floor_s=rec["bytes"] / limits["copy_bytes_per_s"])
+               memory_floor_s=rec["bytes"] / limits["copy_bytes_per_s"],
+               gemm_floor_s=rec["flops"] / limits["gemm_flops_per_s"])
     rec["fraction_of_gemm_peak"] = rec["flops_per_s"] / limits["gemm_flops_per_s"]
     rec["fraction_of_bandwidth"] = rec["bytes_per_s"] / limits["copy_bytes_per_s"]
     return rec
@@ -451,12 +452,13 @@ def table(a):
         v = info["vendor_peak"]
         print(f"Vendor peaks ({info['device']}): TF32 {v['tf32_tflops']} TFLOP/s, BF16 "
               f"{v['bf16_tflops']} TFLOP/s dense, HBM {v['hbm_tb_s']} TB/s")
-    print("\n| program | devices | GFLOP | GB | s | GFLOP/s | GB/s | of GEMM peak | of copy "
-          "bandwidth | XLA raw GFLOP / GB (loop bodies once) | load after |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    print("\n| program | devices | GFLOP | GB | s | GEMM floor s | memory floor s | GFLOP/s | GB/s "
+          "| of GEMM peak | of copy bandwidth | XLA raw GFLOP / GB (loop bodies once) | load after |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for r in sorted(records + split, key=lambda r: (a.programs.index(r["program"]), r["devices"])):
         print(f"| {r['program']} | {r['devices']} | {r['flops'] / 1e9:.2f} | "
-              f"{r['bytes'] / 1e9:.2f} | {r['seconds']:.3f} | {r['flops_per_s'] / 1e9:.1f} | "
+              f"{r['bytes'] / 1e9:.2f} | {r['seconds']:.3f} | {r['gemm_floor_s']:.3f} | "
+              f"{r['memory_floor_s']:.3f} | {r['flops_per_s'] / 1e9:.1f} | "
               f"{r['bytes_per_s'] / 1e9:.1f} | {r['fraction_of_gemm_peak']:.2f} | "
               f"{r['fraction_of_bandwidth']:.2f} | {r['xla_flops_raw'] / 1e9:.3f} / "
               f"{r['xla_bytes_raw'] / 1e9:.3f} | {r['load_after'][0]:.2f} |", flush=True)
