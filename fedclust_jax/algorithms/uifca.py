@@ -121,10 +121,24 @@ class UIFCAState:
     round: jax.Array
 
 
+POINT_BLOCK = 512   # points scored at once per client: bounds a conv flow's im2col patches
+
+
 def point_nll(flow: FlowModel, params, x: jax.Array, *, chunk=None) -> jax.Array:
-    """[N, n_max, K] NLL of every point (x [N, n_max, ...]) under every flow (params [K, ...])."""
+    """[N, n_max, K] NLL of every point (x [N, n_max, ...]) under every flow (params [K, ...]).
+    Each client's points are scored POINT_BLOCK at a time (``lax.map`` over blocks), so
+    memory does not grow with n_max; the result does not depend on the block size."""
+    def per_block(xb):
+        return jax.vmap(lambda p: flow.nll(p, xb))(params).T
+
     def per_client(xi):
-        return jax.vmap(lambda p: flow.nll(p, xi))(params).T
+        n = xi.shape[0]
+        if n <= POINT_BLOCK:
+            return per_block(xi)
+        blocks = -(-n // POINT_BLOCK)
+        pad = jnp.zeros((blocks * POINT_BLOCK - n,) + xi.shape[1:], xi.dtype)
+        xb = jnp.concatenate([xi, pad]).reshape((blocks, POINT_BLOCK) + xi.shape[1:])
+        return jax.lax.map(per_block, xb).reshape(blocks * POINT_BLOCK, -1)[:n]
     return map_clients(per_client, x, chunk=chunk)
 
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from fedclust_jax.algorithms.kfed import kfed
+from fedclust_jax.algorithms import uifca
 from fedclust_jax.algorithms.uifca import (UIFCA, UIFCAConfig, assign_points,
-                                           learn_cluster_models, standardize_points)
+                                           learn_cluster_models, point_nll, standardize_points)
 from fedclust_jax.data.points import true_points
 from fedclust_jax.data.points import (dominant_count, gaussian_clusters,
                                       heterogeneous_clusters, points_from_pools,
@@ -173,6 +174,19 @@ def test_assignment_is_argmin_nll_and_masks_padding():
     x = jnp.array([[[0.1, 0.0], [9.0, 11.0], [5.0, 5.0]]])
     a = assign_points(flow, params, x, jnp.array([2]))
     np.testing.assert_array_equal(a, [[0, 1, -1]])
+
+
+def test_point_nll_in_blocks_equals_all_at_once(monkeypatch):
+    """Scoring 7 points per client in blocks of 3 (the last one padded) gives the NLLs of
+    scoring them together."""
+    flow = affine_flow(2)
+    params = jax.vmap(flow.init)(jax.random.split(jax.random.key(1), 2))
+    x = jax.random.normal(jax.random.key(2), (3, 7, 2))
+    whole = point_nll(flow, params, x)
+    monkeypatch.setattr(uifca, "POINT_BLOCK", 3)
+    blocked = point_nll(flow, params, x)
+    assert blocked.shape == (3, 7, 2)
+    np.testing.assert_allclose(blocked, whole, rtol=1e-6)
 
 
 def test_learning_weights_clients_by_subset_size():
