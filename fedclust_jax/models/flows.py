@@ -20,17 +20,22 @@ Two flows, each an NNX module split once into graph and pure params (``FlowModel
   2020: the conditioning half cycles top, right, bottom, left, so a coupling cannot use
   the local pixel correlations across a checkerboard). Inputs in [0, 1] go through the
   logit transform logit(alpha + (1 - 2 alpha) x) first (its Jacobian is included).
-  The thesis gives neither depth nor width; defaults: 8 couplings, one MLP per coupling
-  D -> hidden -> hidden -> 2D (hidden = 128, ReLU; scale = tanh(.) times a learned
-  per-pixel factor; last layer zero-initialised so each coupling starts as the identity),
-  then a per-pixel affine layer. Parameters per coupling: D h + h + h^2 + h + 2 D h + 2 D
-  + D (scale factor); for 28x28 and h = 128: 320,048, and 2,561,952 in all with 8
-  couplings (see ``num_params``). ``coupling="conv"`` replaces each MLP by Dinh et al.'s
-  kind of s-t network, three 3x3 convolutions (2 -> h -> h -> 2 channels, the inputs
-  being the masked image and the mask), which sees only a pixel's neighbourhood and is
-  shared across positions: the inductive bias Kirichenko et al. name as the reason a
-  flow's likelihood rates other images of the same kind highly. Parameters per coupling:
-  18 h + h + 9 h^2 + h + 18 h + 2 + D; for h = 32 and 28x28: 11,218.
+  The thesis gives neither depth nor width, only "standard RealNVP" (Dinh et al.) and
+  Kirichenko et al.'s code, whose coupling networks are convolutional. Defaults: 8
+  couplings (scale = tanh(.) times a learned per-pixel factor; last layer zero-initialised
+  so each coupling starts as the identity), then a per-pixel affine layer.
+  ``coupling="conv"`` (default): Dinh et al.'s kind of s-t network, three 3x3
+  convolutions (2 -> h -> h -> 2 channels, h = 32 by default, the inputs being the masked
+  image and the mask), which sees only a pixel's neighbourhood and is shared across
+  positions: the inductive bias Kirichenko et al. name as the reason a flow's likelihood
+  rates other images of the same kind highly. Parameters per coupling:
+  18 h + h + 9 h^2 + h + 18 h + 2 + D; for h = 32 and 28x28: 11,218, and 91,312 in all
+  with 8 couplings (see ``num_params``). ``coupling="mlp"``: an MLP over the whole image
+  per coupling, D -> h -> h -> 2D (h = 128 by default, ReLU); per coupling D h + h + h^2
+  + h + 2 D h + 2 D + D; for 28x28 and h = 128: 320,048, and 2,561,952 in all. With
+  checkerboard masks the MLP flows separate digits 2 and 3 by likelihood where the conv
+  flows do not (UIFCA Table 4.2's Default: ``benchmarks/results/uifca/table42.md`` and
+  ``table42_conv.md``).
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ Params = Any
 LOG_2PI = math.log(2.0 * math.pi)
 AFFINE_STRUCTURES = ("triangular", "full")
 MASKS = ("checkerboard", "cyclic")
-COUPLINGS = ("mlp", "conv")
+COUPLINGS = ("conv", "mlp")
+HIDDEN = {"conv": 32, "mlp": 128}     # default width of a coupling network
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -250,13 +256,17 @@ class RealNVP(nnx.Module):
         return z, log_det - jnp.sum(self.log_scale[...])
 
 
-def real_nvp(shape=(28, 28), *, depth: int = 8, hidden: int = 128, mask: str = "cyclic",
-             alpha: float = 0.05, dequantize: float = 1.0 / 256,
-             coupling: str = "mlp", conv: str = "auto") -> FlowModel:
+def real_nvp(shape=(28, 28), *, depth: int = 8, hidden: int | None = None,
+             mask: str = "cyclic", alpha: float = 0.05, dequantize: float = 1.0 / 256,
+             coupling: str = "conv", conv: str = "auto") -> FlowModel:
     """RealNVP on images ``shape`` = (H, W) with pixel values in [0, 1 - dequantize];
     mask "cyclic" (default, [T]'s chosen setting) or "checkerboard" (standard); coupling
-    networks "mlp" (default; ``hidden`` units) or "conv" (``hidden`` channels, convolutions
-    by ``conv``: "auto", "native" or "patches", ``models.layers``)."""
+    networks "conv" (default; ``hidden`` channels, 32 if None; convolutions by ``conv``:
+    "auto", "native" or "patches", ``models.layers``) or "mlp" (``hidden`` units, 128 if
+    None)."""
+    if coupling not in COUPLINGS:
+        raise ValueError(f"coupling must be one of {COUPLINGS}, got {coupling!r}")
+    hidden = HIDDEN[coupling] if hidden is None else hidden
     if len(shape) != 2 or min(shape) < 2:
         raise ValueError(f"real_nvp needs an image shape (H, W) with H, W >= 2, got {shape}")
     if depth < 1 or hidden < 1:
@@ -265,8 +275,6 @@ def real_nvp(shape=(28, 28), *, depth: int = 8, hidden: int = 128, mask: str = "
         raise ValueError(f"mask must be one of {MASKS}, got {mask!r}")
     if not 0.0 < alpha < 0.5:
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
-    if coupling not in COUPLINGS:
-        raise ValueError(f"coupling must be one of {COUPLINGS}, got {coupling!r}")
     resolve_conv(conv)
     h, w = shape
     kind = "" if coupling == "mlp" else f"-{coupling}"
