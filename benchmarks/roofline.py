@@ -29,7 +29,9 @@ instruction, a fusion's sliced operands counted by the slice) once with each com
 weighted by its loops' known trip counts and once unweighted (``check_*``: equal to XLA's raw
 figures but for ops it does not count, such as a sort's comparisons). Bytes are XLA's
 operand + result bytes, not DRAM traffic: a client's weights reused from cache count at every
-step, so a fraction of the copy bandwidth above 1 means cache-resident traffic.
+step, so a fraction of the copy bandwidth above 1 means cache-resident traffic. Each record's
+``bytes_top`` (printed as "Largest byte counts") names the instructions with the most bytes
+(times their loops' trips), with their result types and the source op from the metadata.
 
 Limits, measured in the same process: ``gemm``: best f32 a @ b at 2048-4096 (GFLOP/s);
 ``copy``: 8 in-place passes of x + 1 over a 256 MiB float32 array in one loop, bytes read +
@@ -154,9 +156,11 @@ def _fusion_bytes(ins, comps, shape_of):
     return total
 
 
-def hlo_costs(text, loops=True):
+def hlo_costs(text, loops=True, by_instruction=None):
     """(flops, bytes, loops without a known trip count) of compiled HLO ``text``; each
-    computation weighted by the trip counts of the while loops around it (``loops``)."""
+    computation weighted by the trip counts of the while loops around it (``loops``).
+    ``by_instruction``: a list that gets (weighted bytes, op, result type, source op name
+    from the metadata) for every instruction that reads or writes memory."""
     comps, entry = _parse(text)
     callers, fused, unknown = {}, set(), 0
     for c, body in comps.items():
@@ -203,7 +207,19 @@ def hlo_costs(text, loops=True):
                 b = _nbytes(ins["type"]) + sum(_nbytes(shape_of[o]) for o in ins["operands"]
                                                if o in shape_of)
             nbytes += w * b
+            if by_instruction is not None:
+                source = re.search(r'op_name="([^"]*)"', ins["attrs"])
+                by_instruction.append((w * b, ins["op"], ins["type"],
+                                       source.group(1) if source else ""))
     return flops, nbytes, unknown
+
+
+def top_bytes(items, total, n=6):
+    """The n largest entries of ``hlo_costs(by_instruction=)``, each as a dict with its
+    share of ``total``; the source name keeps the last two path components."""
+    top = sorted(items, key=lambda t: -t[0])[:n]
+    return [dict(gb=b / 1e9, share=b / total if total else 0.0, op=op, type=typ.split("{")[0],
+                 source="/".join(src.split("/")[-2:])) for b, op, typ, src in top]
 
 
 def cost(compiled):
@@ -214,10 +230,12 @@ def cost(compiled):
     ca = compiled.cost_analysis()
     ca = (ca[0] if ca else {}) if isinstance(ca, (list, tuple)) else (ca or {})
     text = compiled.as_text()
-    flops, nbytes, unknown = hlo_costs(text)
+    items = []
+    flops, nbytes, unknown = hlo_costs(text, by_instruction=items)
     flops1, bytes1, _ = hlo_costs(text, loops=False)
     raw_flops, raw_bytes = float(ca.get("flops", 0.0)), float(ca.get("bytes accessed", 0.0))
     return dict(flops=raw_flops + flops - flops1, bytes=raw_bytes + nbytes - bytes1,
+                bytes_top=top_bytes(items, nbytes),
                 xla_flops_raw=raw_flops, xla_bytes_raw=raw_bytes,
                 check_flops_unweighted=flops1, check_bytes_unweighted=bytes1,
                 loops_without_trip_count=unknown)
@@ -465,6 +483,12 @@ def table(a):
     print("\nPrograms (synthetic stand-in data of the real shapes):")
     for r in records:
         print(f"- {r['program']}: {r['what']}")
+    print("\nLargest byte counts (instruction x loop trips; share of the program's recounted "
+          "bytes):")
+    for r in records:
+        print(f"- {r['program']}: " + "; ".join(
+            f"{t['op']} {t['type']} ({t['source'] or '-'}) {t['gb']:.2f} GB, {t['share']:.0%}"
+            for t in r["bytes_top"][:4]))
     if info["backend"] == "cpu" and not a.quick:
         for name, target in TARGETS.items():
             best = max((r["fraction_of_gemm_peak"] for r in records + split

@@ -57,6 +57,11 @@ def test_loop_weighting_matches_trip_counts():
     assert c["check_flops_unweighted"] == pytest.approx(c["xla_flops_raw"], rel=0.01)
     assert c["check_bytes_unweighted"] == pytest.approx(c["xla_bytes_raw"], rel=0.01)
     assert c["flops"] == pytest.approx(15 * 2 * 64 ** 3, rel=0.01)
+    # the largest byte count is the product inside both loops: 15 x (two operands + result)
+    top = c["bytes_top"][0]
+    assert top["op"] in ("dot", "fusion") and top["type"].startswith("f32[64,64]")
+    assert top["gb"] * 1e9 == pytest.approx(15 * 3 * 64 * 64 * 4, rel=0.01)
+    assert 0 < sum(t["share"] for t in c["bytes_top"]) <= 1 + 1e-9
 
 
 @pytest.mark.parametrize("flags", [["--chunk", "zero"], ["--repeats", "0"],
