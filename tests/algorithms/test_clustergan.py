@@ -186,6 +186,7 @@ def test_fedavg_known_values_and_no_points():
 
 
 # ---- a short run ---------------------------------------------------------------------
+# (the runner's path with restarts and no objective: tests/test_golden_runs.py, "clustergan")
 
 def test_run_curves_and_easy_patterns_beat_chance():
     """Two stripe patterns, two clients at p = 0.5: after a short run through the runner
@@ -203,18 +204,3 @@ def test_run_curves_and_easy_patterns_beat_chance():
     assert len(out["history"]["critic_loss"]) == 25
     assert curves["purity"][-1] == out["metrics"]["purity"]
     assert curves["purity"][-1] >= 0.85, curves["purity"]
-
-
-def test_through_the_experiment_runner():
-    """The registry builds the networks from the config and the data's image shape; the
-    runner scores the encoder's point assignment; no objective, so restart 0 is kept."""
-    from fedclust_jax.experiment import ExperimentConfig, run_experiment
-    data = stripes(jax.random.key(2))
-    params = dict(num_clusters=K, noise_dim=NOISE, local_steps=2, batch_size=16,
-                  critic_steps=1, optimizer="adam", lr=5e-3, width=8, fc_width=32)
-    cfg = ExperimentConfig(dataset="uifca-gaussian", algorithm="clustergan", params=params,
-                           rounds=1, restarts=2)
-    out = run_experiment(cfg, data=data, progress=False)
-    assert out["restarts"]["chosen"] == 0 and np.isnan(out["restarts"]["objective"]).all()
-    assert 0.5 <= out["metrics"]["purity"] <= 1.0
-    assert len(out["history"]["critic_loss"]) == 1

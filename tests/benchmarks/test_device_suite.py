@@ -35,7 +35,7 @@ def suite(tmp_path, *args, timeout=300):
 def test_dry_run_writes_each_part_its_table_and_a_parsable_summary(tmp_path):
     tiny_mnist(tmp_path / "data")
     tiny_leaf(tmp_path / "data")
-    res = suite(tmp_path, "--parts", "sweep", "ifca-table1",
+    res = suite(tmp_path, "--parts", "sweep", "ifca-figure3b",
                 "--archive", str(tmp_path / "suite.tar.gz"))
     assert res.returncode == 0, res.stdout + res.stderr
     out = tmp_path / "out"
@@ -43,14 +43,14 @@ def test_dry_run_writes_each_part_its_table_and_a_parsable_summary(tmp_path):
     status = {r["part"]: r for r in summary["parts"]}
     assert list(status)[:4] == ["tests", "roofline", "roofline-bf16", "sweep"]
     assert status["tests"]["status"] == status["roofline"]["status"] == "skipped"
-    for part in ("sweep", "ifca-table1"):
+    for part in ("sweep", "ifca-figure3b"):
         assert status[part]["status"] == "ok", status[part]
     # the table went through the reproduce command at CI size
-    record = json.loads((out / "ifca" / "table1.json").read_text())
-    assert record["table"] == "ifca-table1" and record["quick"] and record["rows"]
-    assert (out / "ifca" / "table1.md").read_text().startswith(
-        "`python -m fedclust_jax.reproduce ifca-table1 --quick")
-    assert (out / "ifca-table1.txt").read_text().startswith(sys.executable + " -m fedclust_jax.reproduce")
+    record = json.loads((out / "ifca" / "figure3b.json").read_text())
+    assert record["table"] == "ifca-figure3b" and record["quick"] and record["rows"]
+    assert (out / "ifca" / "figure3b.md").read_text().startswith(
+        "`python -m fedclust_jax.reproduce ifca-figure3b --quick")
+    assert (out / "ifca-figure3b.txt").read_text().startswith(sys.executable + " -m fedclust_jax.reproduce")
     assert "sweep of 2 points / one run" in (out / "sweep_speed.md").read_text()
     assert set(status) >= set(reproduce.table_ids())     # every study file is a part
     assert (out / "summary.md").read_text().startswith("`python benchmarks/device_suite.py --dry-run")
