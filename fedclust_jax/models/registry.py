@@ -27,8 +27,8 @@ def _affine_flow(data, structure="triangular", init_scale=1.0):
     return affine_flow(math.prod(data.feature_shape), structure=structure, init_scale=init_scale)
 
 
-def _real_nvp(data, depth=8, hidden: int | None = None, mask="cyclic", alpha=0.05, dequantize=1.0 / 256,
-              coupling="conv", conv="auto"):
+def _real_nvp(data, depth=8, hidden: int | None = None, mask="cyclic", alpha=0.05,
+              dequantize=1.0 / 256, coupling="conv", conv="auto"):
     return real_nvp(tuple(data.feature_shape[:2]), depth=depth, hidden=hidden, mask=mask,
                     alpha=alpha, dequantize=dequantize, coupling=coupling, conv=conv)
 
