@@ -15,13 +15,13 @@ Two flows, each an NNX module split once into graph and pure params (``FlowModel
   Parameters: triangular d + d + d(d-1)/2, the last stored as a dense [d, d] block of
   which the strictly lower part is used (d = 32: 1,088 stored, 560 effective); full
   d^2 + d.
-- ``real_nvp(shape)``: RealNVP (Dinh et al.) on images [H, W] with MLP or convolutional
-  coupling networks and either checkerboard masks (standard) or cyclic half-image masks (Kirichenko et al.
-  2020: the conditioning half cycles top, right, bottom, left, so a coupling cannot use
-  the local pixel correlations across a checkerboard). Inputs in [0, 1] go through the
+- ``real_nvp(shape)``: RealNVP (Dinh et al.) on images [H, W] with convolutional or MLP
+  coupling networks and either checkerboard masks (standard) or cyclic half-image masks
+  (Kirichenko et al. 2020: the conditioning half cycles top, right, bottom, left, so a
+  coupling cannot use the local pixel correlations across a checkerboard). Inputs in [0, 1] go through the
   logit transform logit(alpha + (1 - 2 alpha) x) first (its Jacobian is included).
-  The thesis gives neither depth nor width, only "standard RealNVP" (Dinh et al.) and
-  Kirichenko et al.'s code, whose coupling networks are convolutional. Defaults: 8
+  The thesis gives neither depth nor width, only "standard RealNVP" (Dinh et al., whose
+  image couplings are convolutional networks) and Kirichenko et al.'s code. Defaults: 8
   couplings (scale = tanh(.) times a learned per-pixel factor; last layer zero-initialised
   so each coupling starts as the identity), then a per-pixel affine layer.
   ``coupling="conv"`` (default): Dinh et al.'s kind of s-t network, three 3x3
@@ -33,9 +33,9 @@ Two flows, each an NNX module split once into graph and pure params (``FlowModel
   with 8 couplings (see ``num_params``). ``coupling="mlp"``: an MLP over the whole image
   per coupling, D -> h -> h -> 2D (h = 128 by default, ReLU); per coupling D h + h + h^2
   + h + 2 D h + 2 D + D; for 28x28 and h = 128: 320,048, and 2,561,952 in all. With
-  checkerboard masks the MLP flows separate digits 2 and 3 by likelihood where the conv
-  flows do not (UIFCA Table 4.2's Default: ``benchmarks/results/uifca/table42.md`` and
-  ``table42_conv.md``).
+  checkerboard masks the two separate digits 2 and 3 by likelihood differently (UIFCA
+  Table 4.2's Default, seed 0: ``benchmarks/results/uifca/table42.md`` for MLP and
+  ``table42_conv.md`` for conv couplings).
 """
 
 from __future__ import annotations
