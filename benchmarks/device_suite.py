@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT)]   # runs from a bare checkout (no install)
 from _common import output_file  # noqa: E402
 from fedclust_jax.reproduce import table_ids  # noqa: E402
 FIRST = ("ifca-table1", "ifca-figure3b", "ifca-figure3c", "ifca-figure3d", "ifca-table2",
@@ -103,7 +103,8 @@ def part_command(part: str, a, out: Path, done: Done, budget: float):
     py, dry, data = sys.executable, a.dry_run, a.data_dir
     if part == "tests":
         ids = DRY_TESTS if dry else TESTS
-        return [py, "-m", "pytest", "-x", "-o", "addopts=-q", "-p", "no:cacheprovider", *ids], \
+        workers = [] if dry else ["-n", "4", "--dist", "worksteal"]   # the device's 16 cores compile
+        return [py, "-m", "pytest", "-x", "-o", "addopts=-q", "-p", "no:cacheprovider", *workers, *ids], \
             dict(JAX_DEFAULT_MATMUL_PRECISION="highest")
     if part == "sweep":
         size = (["--lrs", "0.05", "0.1", "--seeds", "1", "--rounds", "2", "--clients", "8", "--n",

@@ -29,7 +29,7 @@ def suite(tmp_path, *args, timeout=300):
     return subprocess.run([sys.executable, "benchmarks/device_suite.py", "--dry-run", "--data-dir",
                            str(tmp_path / "data"), "--out", str(tmp_path / "out"), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})   # as on a device: no install
 
 
 def test_dry_run_writes_each_part_its_table_and_a_parsable_summary(tmp_path):
@@ -74,5 +74,5 @@ def test_prepare_data_refuses_a_missing_source(tmp_path):
     res = subprocess.run([sys.executable, "benchmarks/device_suite.py", "--prepare-data",
                           "--source", str(tmp_path), "--data-dir", str(tmp_path / "d")],
                          cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})   # as on a device: no install
     assert res.returncode != 0 and "not found under" in res.stderr
