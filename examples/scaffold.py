@@ -47,7 +47,7 @@ from fedclust_jax.core.train import LocalTraining, linear_term, local_train
 class ScaffoldConfig:
     """local: the clients' local steps (K = steps, eta_l = lr; optimizer "sgd" without
     momentum: option II's control variates assume plain SGD steps); global_lr: eta_g, the
-    server's step on the mean model delta (> 0; 1 in most of the paper's runs);
+    server's step on the mean model delta (> 0; 1 takes the mean, as FedAvg);
     participation: fraction of clients per round, in (0, 1]; chunk: clients per vectorized
     chunk; static: participation (the number of participants, a shape)."""
 
