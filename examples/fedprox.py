@@ -9,7 +9,8 @@ round t every participant k approximately minimises, from the global model w^t,
 results. mu = 0 is FedAvg; the paper tunes mu over {0.001, 0.01, 0.1, 1}. Everything else is
 FedAvg's (``fedclust_jax.algorithms.fedavg``): participants drawn uniformly, their models
 averaged with equal weights or by sample count (the paper draws devices with probability
-p_k and averages equally; the two agree in expectation), BatchNorm statistics carried.
+p_k = n_k / n and averages them equally; both estimate the p_k-weighted mean), BatchNorm
+statistics carried.
 The paper's variable local work (stragglers doing fewer steps) is not modelled.
 
 The local step is a composition (``fedclust_jax.core.train``): FedAvg asks its

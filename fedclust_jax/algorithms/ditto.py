@@ -38,7 +38,8 @@ from fedclust_jax.core.keys import DITTO_CLIENT_KEYS
 @dataclasses.dataclass(frozen=True)
 class DittoConfig:
     """local: the global model's local training; lam: lambda; personal_steps / personal_lr:
-    the personal model's steps and step size (None: local.steps / local.lr); chunk."""
+    the personal model's plain-SGD steps and step size (None: local.steps / local.lr);
+    chunk: clients per vectorized chunk."""
 
     local: LocalTraining = LocalTraining()
     lam: float = 1.0
