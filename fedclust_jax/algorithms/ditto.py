@@ -3,7 +3,11 @@
 Round t: every client runs ``local`` on f_i from w^t and the server averages (FedAvg, equal
 weights); client i also runs ``personal_steps`` steps of
     v_i <- v_i - eta_p (grad f_i(v_i) + lambda (v_i - w^t))
-(the personal objective f_i(v) + (lambda/2) ||v - w||^2; minibatches as ``local``).
+(SGD on the personal objective f_i(v) + (lambda/2) ||v - w^t||^2, Li et al.'s Algorithm 1):
+local training (``core.train.local_train``) from v_i with the proximal term
+``proximal_term(lambda, anchor=w^t)`` and plain SGD as its update rule, minibatches and
+weight decay as ``local``. The personal models v [N, ...] are per-client state carried
+across rounds under the client axis.
 lambda = 1 in the threshold-clustering paper's MNIST table; lambda -> 0 is Local, large
 lambda is FedAvg. Clients are evaluated with their personal models.
 
@@ -19,22 +23,23 @@ import typing
 
 import jax
 import jax.numpy as jnp
+import optax
 from flax import struct
-from jax import lax
 
 from fedclust_jax.algorithms.base import (Algorithm, check_chunk)
 from fedclust_jax.core.aggregate import mean_from_sums
 from fedclust_jax.core.clients import stream_clients
 from fedclust_jax.core.losses import own_loss_ids
 from fedclust_jax.core.participation import client_keys
-from fedclust_jax.core.train import LocalTraining, client_gradient, local_train
+from fedclust_jax.core.train import LocalTraining, local_train, proximal_term
 from fedclust_jax.core.keys import DITTO_CLIENT_KEYS
 
 
 @dataclasses.dataclass(frozen=True)
 class DittoConfig:
     """local: the global model's local training; lam: lambda; personal_steps / personal_lr:
-    the personal model's steps and step size (None: local.steps / local.lr); chunk."""
+    the personal model's plain-SGD steps and step size (None: local.steps / local.lr);
+    chunk: clients per vectorized chunk."""
 
     local: LocalTraining = LocalTraining()
     lam: float = 1.0
@@ -64,14 +69,12 @@ class DittoState:
 
 
 def personal_step(model, local, lam, lr, steps, v, w, x, y, count, key):
-    """``steps`` proximal steps on one client's personal model v toward the global w."""
-    def step(v, s):
-        g = client_gradient(model, local, v, x, y, count, jax.random.fold_in(key, s))
-        # in float32, rounded to v's dtype (bf16 with --dtype bfloat16)
-        up = lambda a, ga, wa: (a.astype(jnp.float32)
-                                - lr * (ga + lam * (a.astype(jnp.float32) - wa))).astype(a.dtype)
-        return jax.tree.map(up, v, g, w), None
-    return lax.scan(step, v, jnp.arange(steps))[0]
+    """Client i's personal update: ``steps`` plain SGD steps of size ``lr`` from v (one
+    model's params) on f_i(v) + (lam/2) ||v - w||^2, w the round's global model w^t;
+    ``local``'s minibatches (drawn from ``key``) and weight decay. Returns v in its dtype."""
+    cfg = dataclasses.replace(local, steps=steps)
+    return local_train(model, cfg, v, x, y, count, key, lr,
+                       term=proximal_term(lam, anchor=w), update=optax.sgd)
 
 
 class Ditto(Algorithm):

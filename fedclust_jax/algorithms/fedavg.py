@@ -1,5 +1,11 @@
 """FedAvg (McMahan et al.): one global model, the IFCA paper's "global" baseline.
 
+A subclass changes the clients' local training without copying the round: ``local_term``
+(a loss term term(w, w_start), e.g. FedProx's ``core.train.proximal_term(mu)``) and
+``local_update`` (an optax rule, or a function of the step size returning one) are passed
+to every participant's local steps (``core.train``'s local-step mechanism;
+``examples/fedprox.py``).
+
 A model with BatchNorm statistics (``models.resnet9.StatefulModel``) keeps them in
 ``GlobalState.model_state``: every participant trains them from the global statistics and
 the server averages them with the params' weights (``core.train.cluster_pass``); the loss
@@ -85,8 +91,20 @@ class FedAvg(SamplesParticipants, Algorithm):
         return GlobalState(params=self.model.init(key), round=jnp.zeros((), jnp.int32),
                            model_state=ms)
 
+    def local_term(self, state):
+        """The term added to every participant's local loss this round, term(w, w_start)
+        -> float32 scalar (w_start: the model it received), or None (FedAvg: none). A
+        subclass may read ``state`` (its own fields included) and traced config values."""
+        return None
+
+    def local_update(self):
+        """The participants' local update rule: None (``cfg.local``'s optimizer), an
+        ``optax.GradientTransformation``, or a function lr -> GradientTransformation."""
+        return None
+
     def round(self, state: GlobalState, key, data):
         cfg, n = self.cfg, data.num_clients
+        term, update = self.local_term(state), self.local_update()
         idx, keys = participants(key, n, cfg.participation)
         full = idx.shape[0] == n
         lr = cfg.local.lr_at(state.round)
@@ -95,7 +113,8 @@ class FedAvg(SamplesParticipants, Algorithm):
         if cfg.sequential:
             def train(v, i, k):
                 p, s = split_state(v, ms)
-                return local_train(self.model, cfg.local, p, *data.train_client(i), k, lr, state=s)
+                return local_train(self.model, cfg.local, p, *data.train_client(i), k, lr, state=s,
+                                   term=term, update=update)
             loss = loss_matrix_ids(*running_view(self.model, one, ms), data,
                                    None if full else idx, chunk=cfg.chunk)[0]
             trained = chain_clients(train, join_state(one, ms), jnp.zeros(len(idx), jnp.int32),
@@ -105,7 +124,7 @@ class FedAvg(SamplesParticipants, Algorithm):
             sums, totals, loss, _ = cluster_pass(self.model, cfg.local, one, data,
                                                  None if full else idx, keys, lr,
                                                  weighting=cfg.weighting, chunk=cfg.chunk,
-                                                 state=ms)
+                                                 state=ms, term=term, update=update)
             new = jax.tree.map(lambda a: a[0], mean_from_sums(join_state(one, ms), sums, totals))
         params, ms = split_state(new, ms)
         return (GlobalState(params=params, round=state.round + 1, model_state=ms),

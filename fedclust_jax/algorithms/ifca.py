@@ -36,6 +36,12 @@ O(G*(P + S) + chunk*(K + P + S + activations)); no [M, P] or [M, S] array. An em
 cluster keeps its statistics. Every loss (the cluster choice, ``evaluate``, ``objective``)
 uses cluster j's running statistics (train=False, ``models.resnet9.running_view``).
 
+A subclass changes the clients' local training without copying the round (an IFCA variant
+with a proximal term toward the client's cluster model, ...): ``local_term`` and
+``local_update`` are passed to every participant's local steps (``core.train``'s local-step
+mechanism; option I takes the gradient of the loss plus the term). The pre-training and
+warm start (below) are plain FedAvg.
+
 The authors' FEMNIST code's pipeline (Table 2; off by default): ``pretrain_rounds`` rounds
 of FedAvg of one whole model (``pretrain_participation`` of the clients a round, the same
 local training and weighting) start all K models; ``warm_rounds`` rounds of a random-group
@@ -256,6 +262,16 @@ class IFCA(SamplesParticipants, ScoresClusters, Algorithm):
                               shared_body=self.cfg.weight_sharing)
         return jnp.argmin(loss, axis=1).astype(jnp.int32), loss
 
+    def local_term(self, state):
+        """The term added to every participant's local loss this round, term(w, w_start)
+        -> float32 scalar (w_start: its cluster's model theta_{j_i}), or None (IFCA: none)."""
+        return None
+
+    def local_update(self):
+        """The participants' local update rule (option II): None (``cfg.local``'s
+        optimizer), an ``optax.GradientTransformation``, or a function lr -> one."""
+        return None
+
     def round(self, state: ClusterState, key, data):
         """One round, streamed (``core.train.cluster_pass``): each participant picks its
         cluster, trains and adds its upload into per-cluster sums inside the client chunk.
@@ -270,7 +286,8 @@ class IFCA(SamplesParticipants, ScoresClusters, Algorithm):
         sums, totals, loss, found = cluster_pass(
             self.train_model, cfg.local, state.params, data, None if full else ids, keys, lr,
             upload=cfg.option, fixed_assign=None if cfg.assignment == "loss" else state.assign,
-            weighting=cfg.weighting, share_body=cfg.weight_sharing, chunk=cfg.chunk, state=ms)
+            weighting=cfg.weighting, share_body=cfg.weight_sharing, chunk=cfg.chunk, state=ms,
+            term=self.local_term(state), update=self.local_update())
         sums, stat_sums = split_state(sums, ms)   # params' [G, ...], statistics' [G, ...]
         clusters = jax.tree.map(lambda s: s[:k], sums)
         if cfg.option == "gradient":
@@ -324,10 +341,12 @@ class IFCA(SamplesParticipants, ScoresClusters, Algorithm):
         idx, keys, assign, new_assign, loss = self._select(state, key, data)
         lr = cfg.local.lr_at(state.round)
         ms = state.model_state
+        term, update = self.local_term(state), self.local_update()
 
         def train(v, i, kk):
             p, s = split_state(v, ms)
-            return local_train(self.train_model, cfg.local, p, *data.train_client(i), kk, lr, state=s)
+            return local_train(self.train_model, cfg.local, p, *data.train_client(i), kk, lr,
+                               state=s, term=term, update=update)
 
         start = join_state(state.params, ms)
         if cfg.sequential:

@@ -1,9 +1,30 @@
-"""Local training on one client (mapped over clients with ``map_clients``)."""
+"""Local training on one client (mapped over clients with ``map_clients``).
+
+A client's local training is a composition: the model's loss (plus ``LocalTraining``'s
+weight decay), loss terms an algorithm adds from the round's models and per-client state
+(``term``), and an optax update rule (``update``). Per-client state lives in the
+algorithm's state under the client axis [N, ...]; the per-client function of
+``core.clients.stream_clients`` / ``map_client_data`` reads client i's slice and builds the
+term from it (``algorithms.ditto``, ``examples/scaffold.py``).
+
+    term(w, w_start) -> float32 scalar, added to the client's training loss at every step:
+        w the params being trained (float32 master copy), w_start the params the client's
+        local training started from (float32); anything else (mu, the global model, the
+        control variates c - c_i) is closed over. ``proximal_term``, ``linear_term``,
+        ``add_terms`` build the common ones; None is no term and costs nothing.
+    update: None (the config's optimizer at the round's step size), an
+        ``optax.GradientTransformation``, or a function lr -> GradientTransformation (so a
+        step-size schedule and a traced lr keep working), e.g.
+        ``lambda lr: optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(lr))``.
+
+``local_train``, ``client_gradient`` (term only) and ``cluster_pass`` take both.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import typing
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -70,6 +91,68 @@ def is_static_zero(value) -> bool:
     return isinstance(value, (int, float)) and value == 0
 
 
+Term = Callable[[Any, Any], jax.Array]   # term(w, w_start) -> float32 scalar
+
+
+def _float32(tree):
+    return jax.tree.map(
+        lambda a: a.astype(jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
+
+
+def proximal_term(mu, anchor=None) -> Term | None:
+    """(mu/2) ||w - a||^2 as a local-loss term: a = ``anchor`` (a params pytree, e.g.
+    Ditto's global model w^t) or, when None, the start of the local training w_start
+    (FedProx's w^t, or the cluster model theta_j a client of ``cluster_pass`` starts from).
+    Its gradient mu (w - a) is taken in float32. mu: a number or a traced scalar; a Python
+    0 gives None (statically no term: the program is the one without it)."""
+    if is_static_zero(mu):
+        return None
+
+    def term(w, start):
+        a = _float32(start if anchor is None else anchor)
+        return 0.5 * mu * sum(jnp.sum((p.astype(jnp.float32) - q) ** 2)
+                              for p, q in zip(jax.tree.leaves(w), jax.tree.leaves(a)))
+    return term
+
+
+def linear_term(c) -> Term:
+    """<c, w> = sum over leaves of sum(c * w) as a local-loss term; c: a pytree shaped like
+    the params (float32), e.g. SCAFFOLD's correction c - c_i. Its gradient is c, so SGD on
+    the loss plus this term takes SCAFFOLD's step w <- w - lr (g(w) - c_i + c)."""
+    def term(w, start):
+        return sum(jnp.sum(p.astype(jnp.float32) * q.astype(jnp.float32))
+                   for p, q in zip(jax.tree.leaves(w), jax.tree.leaves(c)))
+    return term
+
+
+def add_terms(*terms) -> Term | None:
+    """The sum of ``terms`` (None entries dropped); None when every entry is None."""
+    terms = [t for t in terms if t is not None]
+    if not terms:
+        return None
+    if len(terms) == 1:
+        return terms[0]
+    return lambda w, start: sum(t(w, start) for t in terms)
+
+
+def update_rule(cfg: LocalTraining, lr, update=None) -> optax.GradientTransformation:
+    """The local steps' optax rule: ``cfg``'s optimizer at step size ``lr`` (update None),
+    ``update`` itself (a ``GradientTransformation``), or ``update(lr)`` (a function of the
+    round's step size, which may be traced). Its state starts fresh every round."""
+    if update is None:
+        return cfg.optimizer_for(lr)
+    if isinstance(update, optax.GradientTransformation):
+        return update
+    if callable(update):
+        rule = update(lr)
+        if isinstance(rule, optax.GradientTransformation):
+            return rule
+        raise ValueError(f"update(lr) must return an optax.GradientTransformation, got "
+                         f"{type(rule).__name__}")
+    raise ValueError(f"update must be None, an optax.GradientTransformation or a function "
+                     f"lr -> GradientTransformation, got {type(update).__name__}")
+
+
 def training_loss(model, cfg: LocalTraining, params, x, y, mask):
     loss = model.loss(params, x, y, mask)
     if not is_static_zero(cfg.weight_decay):
@@ -122,11 +205,15 @@ def minibatch(order, step, count, batch_size: int):
     return idx, mask
 
 
-def local_train(model, cfg: LocalTraining, params, x, y, count, key, lr, state=None):
+def local_train(model, cfg: LocalTraining, params, x, y, count, key, lr, state=None, *,
+                term: Term | None = None, update=None):
     """``cfg.steps`` optimizer steps on one client from ``params``.
 
     params: one model's params; x [n_max, ...], y [n_max], count: scalar int; lr: scalar.
     Returns the client's new params, in the params' own dtypes.
+    Each step minimises F_i(w) + term(w, w_start) (F_i: the model's loss on the step's
+    batch plus ``cfg.weight_decay``'s penalty; w_start: ``params``) with the rule
+    ``update_rule(cfg, lr, update)`` (module docstring: the local-step mechanism).
     state: None, or a ``StatefulModel``'s BatchNorm statistics (one model's): every step
     then normalises with the batch statistics of its real rows and updates the running
     averages (``training_loss_with_state``), and the result is the pair (params, state
@@ -136,22 +223,27 @@ def local_train(model, cfg: LocalTraining, params, x, y, count, key, lr, state=N
     Precision: the steps update a float32 copy of the params (master weights) with float32
     optimizer state; each gradient is taken through a cast of that copy to the params'
     stored dtype, so the forward and backward passes run in that dtype (bf16 with bf16
-    params) and the gradient arrives in float32. The result is rounded back to the stored
-    dtype once, at the end. With float32 params every cast is the identity.
+    params) and the gradient arrives in float32; ``term`` sees the float32 copy and the
+    float32 start. The result is rounded back to the stored dtype once, at the end. With
+    float32 params every cast is the identity.
     """
     refuse_lost_state(model, state)
     n_max = x.shape[0]
-    opt = cfg.optimizer_for(lr)
+    opt = update_rule(cfg, lr, update)
     dtypes = jax.tree.map(lambda a: a.dtype, params)
     stored = lambda p: jax.tree.map(lambda a, d: a.astype(d), p, dtypes)
-    params = jax.tree.map(
-        lambda a: a.astype(jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating) else a, params)
+    params = _float32(params)
+    start = params
+    plus = (lambda loss, p: loss) if term is None else (lambda loss, p: loss + term(p, start))
     if state is None:
-        grad_fn = jax.grad(lambda p, xb, yb, m: training_loss(model, cfg, stored(p), xb, yb, m))
+        grad_fn = jax.grad(lambda p, xb, yb, m: plus(
+            training_loss(model, cfg, stored(p), xb, yb, m), p))
         grads = lambda p, st, xb, yb, m: (grad_fn(p, xb, yb, m), st)
     else:
-        state_fn = jax.grad(lambda p, st, xb, yb, m: training_loss_with_state(
-            model, cfg, stored(p), st, xb, yb, m), has_aux=True)
+        def with_state(p, st, xb, yb, m):
+            loss, new = training_loss_with_state(model, cfg, stored(p), st, xb, yb, m)
+            return plus(loss, p), new
+        state_fn = jax.grad(with_state, has_aux=True)
 
         def grads(p, st, xb, yb, m):
             g, new = state_fn(p, st, xb, yb, m)
@@ -174,9 +266,11 @@ def local_train(model, cfg: LocalTraining, params, x, y, count, key, lr, state=N
     return stored(params) if state is None else (stored(params), state_out)
 
 
-def client_gradient(model, cfg: LocalTraining, params, x, y, count, key, state=None):
+def client_gradient(model, cfg: LocalTraining, params, x, y, count, key, state=None, *,
+                    term: Term | None = None):
     """Gradient of the client's training loss at ``params`` (full batch, or one minibatch
-    of ``cfg.batch_size`` when set); the IFCA option-I / BR-IFCA upload.
+    of ``cfg.batch_size`` when set); the IFCA option-I / BR-IFCA upload. ``term``: a
+    local-loss term (module docstring) added at w = w_start = ``params``.
 
     state: None, or a ``StatefulModel``'s BatchNorm statistics at ``params`` (one model's):
     the forward pass then normalises with the batch statistics of its real rows and
@@ -190,10 +284,16 @@ def client_gradient(model, cfg: LocalTraining, params, x, y, count, key, state=N
     else:
         idx, m = minibatch(shuffled_order(key, count, n_max), 0, count, cfg.batch_size)
         xb, yb = x[idx], y[idx]
+    start = _float32(params)
+    plus = ((lambda loss, p: loss) if term is None
+            else (lambda loss, p: loss + term(_float32(p), start)))
     if state is None:
-        return jax.grad(lambda p: training_loss(model, cfg, p, xb, yb, m))(params)
-    g, new = jax.grad(lambda p: training_loss_with_state(model, cfg, p, state, xb, yb, m),
-                      has_aux=True)(params)
+        return jax.grad(lambda p: plus(training_loss(model, cfg, p, xb, yb, m), p))(params)
+
+    def with_state(p):
+        loss, new = training_loss_with_state(model, cfg, p, state, xb, yb, m)
+        return plus(loss, p), new
+    g, new = jax.grad(with_state, has_aux=True)(params)
     return g, jax.tree.map(lambda a, b: a.astype(b.dtype), new, state)
 
 
@@ -202,7 +302,8 @@ UPLOADS = ("model", "gradient")
 
 def cluster_pass(model, cfg: LocalTraining, params, data, ids, keys, lr, *, upload: str = "model",
                  fixed_assign=None, active=None, weighting: str = "equal",
-                 share_body: bool = False, chunk=None, state=None):
+                 share_body: bool = False, chunk=None, state=None, term: Term | None = None,
+                 update=None):
     """One streamed pass of an IFCA-style round: each participant is assigned, trains and
     adds its upload into per-cluster sums, reading its training data once, inside the chunk.
 
@@ -228,11 +329,20 @@ def cluster_pass(model, cfg: LocalTraining, params, data, ids, keys, lr, *, uplo
     members (``mean_from_sums`` of the pair, or of the statistics alone) come with the
     same weights as the params.
 
+    term / update: the local-step mechanism (module docstring): client i's local loss gets
+    term(w, theta_{j_i}) (e.g. ``proximal_term(mu)``: FedProx's or an IFCA variant's
+    proximal term toward the client's start model), and its steps use ``update``
+    (upload="model" only; upload="gradient" takes the gradient of the loss plus term at
+    theta_{j_i}).
+
     Returns (sums [G, ...] float32, totals float32[G], loss [M, K], assign int32[M]),
     G = K (+1 with share_body). Live memory O(G*(P + S) + chunk*(P + activations)).
     """
     if upload not in UPLOADS:
         raise ValueError(f"upload must be one of {UPLOADS}, got {upload!r}")
+    if upload == "gradient" and update is not None:
+        raise ValueError("an update rule applies to local steps (upload=\"model\"); "
+                         "upload=\"gradient\" takes no steps")
     k = jax.tree.leaves(params)[0].shape[0]
     view, scored = running_view(model, params, state)
 
@@ -247,20 +357,22 @@ def cluster_pass(model, cfg: LocalTraining, params, data, ids, keys, lr, *, uplo
         delta = lambda t, s: t.astype(jnp.float32) - s.astype(jnp.float32)
         if upload == "gradient":
             if state is None:
-                value = client_gradient(model, cfg, start, x, y, count, key)
+                value = client_gradient(model, cfg, start, x, y, count, key, term=term)
             else:
                 s_start = jax.tree.map(lambda a: a[jnp.clip(j, 0, k - 1)], state)
-                g, s_new = client_gradient(model, cfg, start, x, y, count, key, state=s_start)
+                g, s_new = client_gradient(model, cfg, start, x, y, count, key, state=s_start,
+                                           term=term)
                 value = (g, jax.tree.map(delta, s_new, s_start))
             w = jnp.float32(1)
         else:
             if state is None:
-                trained = local_train(model, cfg, start, x, y, count, key, lr)
+                trained = local_train(model, cfg, start, x, y, count, key, lr, term=term,
+                                      update=update)
                 value = jax.tree.map(delta, trained, start)
             else:
                 s_start = jax.tree.map(lambda a: a[jnp.clip(j, 0, k - 1)], state)
                 trained, s_new = local_train(model, cfg, start, x, y, count, key, lr,
-                                             state=s_start)
+                                             state=s_start, term=term, update=update)
                 value = (jax.tree.map(delta, trained, start), jax.tree.map(delta, s_new, s_start))
             w = count.astype(jnp.float32) if weighting == "samples" else jnp.float32(1)
         rows = jax.nn.one_hot(j, k, dtype=jnp.float32) * w
