@@ -268,8 +268,9 @@ def make_parser() -> argparse.ArgumentParser:
     from fedclust_jax import reproduce
     reproduce.add_arguments(sub.add_parser(
         "reproduce", help="reproduce a paper's table or figure from its study file",
-        description="Run a paper table's study file (benchmarks/<paper>/) and write it beside "
-                    "the paper's numbers; --list names the tables."))
+        description="Run a paper table's study file (fedclust_jax/studies/<paper>/, shipped "
+                    "with the package) and write it beside the paper's numbers; --list names "
+                    "the tables."))
     return parser
 
 

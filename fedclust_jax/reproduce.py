@@ -4,7 +4,8 @@
         [--seeds 0 1 2]
     python -m fedclust_jax.reproduce --list
 
-A table ``<paper>-<name>`` is the file ``benchmarks/<paper>/<name>.toml``::
+A table ``<paper>-<name>`` is the file ``fedclust_jax/studies/<paper>/<name>.toml``, shipped
+with the package (a wheel or ``pip install git+URL`` runs every table)::
 
     [table]
     title = "SR-FCA Table 5: test accuracy (%) after each phase"
@@ -58,11 +59,14 @@ a number or [mean, spread]; keys are the raw keys (the field values, several joi
     lower = "brifca-median"          # row key with the smaller mean ...
     higher = "ifca-fedavg"           # ... than this one, in every column (or "columns")
 
-Outputs in DIR (default ``benchmarks/results/<paper>/``): ``<name>.md`` (its first line is the
-command; the table, ours beside the paper's, the run size against the paper's, hardware,
-package commit, verdict) and ``<name>.json`` (the command, the run's metadata and the raw
-rows). Verdict: "reproduced" when every cell with a paper number agrees, "partly" when some
-do, "not reproduced" when none does, "not run" for a --quick run (CI size, not compared).
+Outputs in DIR: ``<name>.md`` (its first line is the command; the table, ours beside the
+paper's, the run size against the paper's, hardware, package commit, verdict) and
+``<name>.json`` (the command, the run's metadata and the raw rows). DIR defaults to the
+checkout's ``benchmarks/results/<paper>/`` (where the committed results live) for a full run
+from a source checkout, and to ``results/<paper>/`` under the working folder (created on
+demand) for a --quick run and for an installed package. Verdict: "reproduced" when every
+cell with a paper number agrees, "partly" when some do, "not reproduced" when none does,
+"not run" for a --quick run (CI size, not compared).
 ``render(spec, record)`` rebuilds the markdown from the JSON alone.
 """
 
@@ -79,8 +83,8 @@ import time
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = ROOT / "benchmarks"
+PACKAGE = Path(__file__).resolve().parent
+STUDIES = PACKAGE / "studies"          # <paper>/<name>.toml and the paper's numbers
 PAPERS = ("ifca", "uifca", "srfca", "threshold", "brifca")
 TABLE_KEYS = {"title", "numbers", "metric", "scale", "threshold", "best_over", "digits", "spread",
               "tolerance", "rows", "columns", "runner", "labels", "size", "notes"}
@@ -90,14 +94,17 @@ FILE_KEYS = {"table", "study", "parts", "quick"}
 # ----------------------------------------------------------------------------- study files
 
 def table_ids() -> list[str]:
-    """Every table id, ``<paper>-<name>`` for ``benchmarks/<paper>/<name>.toml``."""
-    return sorted(f"{p}-{f.stem}" for p in PAPERS for f in (BENCHMARKS / p).glob("*.toml")
+    """Every table id, ``<paper>-<name>`` for ``fedclust_jax/studies/<paper>/<name>.toml``."""
+    return sorted(f"{p}-{f.stem}" for p in PAPERS for f in (STUDIES / p).glob("*.toml")
                   if not f.stem.endswith(".paper"))
 
 
 def table_path(table_id: str) -> Path:
     paper, _, name = table_id.partition("-")
-    path = BENCHMARKS / paper / f"{name}.toml"
+    path = STUDIES / paper / f"{name}.toml"
+    if not table_ids():
+        raise ValueError(f"no study files in {STUDIES}: this install of fedclust_jax lacks its "
+                         "package data; reinstall it (pip install --force-reinstall fedclust_jax)")
     if paper not in PAPERS or not name or not path.exists():
         raise ValueError(f"unknown table {table_id!r}; available: {', '.join(table_ids())}")
     return path
@@ -140,7 +147,7 @@ def load_spec(table_id: str) -> dict:
     text = numbers.read_text()
     spec["paper_numbers"] = json.loads(text) if numbers.suffix == ".json" else tomllib.loads(text)
     spec.update(id=table_id, paper=path.parent.name, name=path.stem,
-                path=str(path.relative_to(ROOT)))
+                path=path.relative_to(PACKAGE.parent).as_posix())
     return spec
 
 
@@ -408,13 +415,26 @@ def render(spec: dict, record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def checkout() -> Path | None:
+    """The source checkout the package runs from (its root holds pyproject.toml and
+    benchmarks/results/), or None for an installed package."""
+    root = PACKAGE.parent
+    ok = (root / "pyproject.toml").is_file() and (root / "benchmarks" / "results").is_dir()
+    return root if ok else None
+
+
 def commit() -> str:
-    """The package's git commit (short), "+dirty" when tracked files differ from it."""
+    """The package's git commit (short), "+dirty" when tracked files differ from it; for an
+    installed package (no checkout) its version."""
+    from fedclust_jax import __version__
+    root = checkout()
+    if root is None:
+        return f"unknown (installed fedclust_jax {__version__})"
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
                               capture_output=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
-                                "--", "fedclust_jax"], cwd=ROOT, text=True,
+                                "--", "fedclust_jax"], cwd=root, text=True,
                                capture_output=True).stdout.strip()
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
@@ -434,6 +454,17 @@ def command_line(args) -> str:
     return " ".join(parts)
 
 
+# ----------------------------------------------------------------------------- output files
+
+def default_out(paper: str, quick: bool) -> Path:
+    """--out's default: the checkout's benchmarks/results/<paper>/ for a full run from a
+    source checkout (the committed results), else results/<paper>/ under the working folder."""
+    root = checkout()
+    if root is not None and not quick:
+        return root / "benchmarks" / "results" / paper
+    return Path("results") / paper
+
+
 # ----------------------------------------------------------------------------- command line
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -442,7 +473,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="CI size: the study file's [quick] settings (seconds on a CPU)")
     p.add_argument("--out", default=None,
-                   help="folder for <name>.md and <name>.json (default benchmarks/results/<paper>)")
+                   help="folder for <name>.md and <name>.json (default: benchmarks/results/<paper> "
+                        "for a full run from a source checkout, else results/<paper> under the "
+                        "working folder, created on demand)")
     p.add_argument("--data-dir", default=None, help="folder with the real data sets (MNIST, LEAF)")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="seeds to run (default: the study file's)")
@@ -453,6 +486,10 @@ def main(args) -> int:
     """Runs ``args.table``; exit 2 with one line on bad input (before compute)."""
     from fedclust_jax.results import check_output_path, environment
     if args.list:
+        if not table_ids():
+            print(f"error: no study files in {STUDIES}: this install of fedclust_jax lacks its "
+                  "package data; reinstall it", file=sys.stderr)
+            return 2
         print("\n".join(table_ids()))
         return 0
     try:
@@ -462,9 +499,10 @@ def main(args) -> int:
         if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
             raise ValueError(f"--seeds {args.seeds}: give distinct integers >= 0")
         from fedclust_jax.sweep import parse_sweep
-        for study in studies(spec, quick=args.quick, seeds=args.seeds, data_dir=args.data_dir).values():
+        planned = studies(spec, quick=args.quick, seeds=args.seeds, data_dir=args.data_dir)
+        for study in planned.values():
             parse_sweep(study)
-        out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / spec["paper"]
+        out = Path(args.out) if args.out else default_out(spec["paper"], args.quick)
         md, raw = out / f"{spec['name']}.md", out / f"{spec['name']}.json"
         check_output_path(str(md), "--out", example=None)
     except ValueError as e:

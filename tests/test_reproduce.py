@@ -21,6 +21,10 @@ def args(table, **kw):
                                seeds=None, no_progress=True), **kw})
 
 
+def snapshot(folder: Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*")) if p.is_file()}
+
+
 def test_table_ids_cover_the_study_files():
     ids = reproduce.table_ids()
     assert "srfca-table5" in ids and "brifca-figure1" in ids
@@ -32,12 +36,19 @@ def test_table_ids_cover_the_study_files():
 
 
 @pytest.mark.parametrize("table_id", reproduce.table_ids())
-def test_every_table_runs_quick_and_its_markdown_comes_from_its_rows(table_id, tmp_path):
-    assert reproduce.main(args(table_id, out=str(tmp_path))) == 0
+def test_every_table_runs_quick_and_its_markdown_comes_from_its_rows(table_id, tmp_path,
+                                                                     monkeypatch):
+    """From the checkout with the default --out: a --quick run writes results/<paper>/
+    under the working folder and leaves the committed results byte for byte."""
     spec = reproduce.load_spec(table_id)
-    md = (tmp_path / f"{spec['name']}.md").read_text()
-    record = json.loads((tmp_path / f"{spec['name']}.json").read_text())
-    assert md.splitlines()[0] == f"`python -m fedclust_jax.reproduce {table_id} --quick --out {tmp_path}`"
+    committed = snapshot(RESULTS / spec["paper"])
+    monkeypatch.chdir(tmp_path)
+    assert reproduce.main(args(table_id)) == 0
+    assert snapshot(RESULTS / spec["paper"]) == committed
+    out = tmp_path / "results" / spec["paper"]
+    md = (out / f"{spec['name']}.md").read_text()
+    record = json.loads((out / f"{spec['name']}.json").read_text())
+    assert md.splitlines()[0] == f"`python -m fedclust_jax.reproduce {table_id} --quick`"
     assert record["rows"] and record["quick"] and record["verdict"].startswith("not run")
     assert reproduce.render(spec, record) == md
     numbers = [c for c in reproduce.cells(spec, record["rows"]).values()]
@@ -116,3 +127,13 @@ def test_bad_input_is_one_line_and_exit_2_before_compute(capsys, tmp_path):
     (tmp_path / "f").write_text("")
     assert reproduce.main(args("srfca-table5", out=str(tmp_path / "f"))) == 2
     assert reproduce.main(args(None)) == 2
+
+
+def test_default_out():
+    """A full run from the checkout writes where the committed results live; a --quick run,
+    and any run of an installed package, results/<paper>/ under the working folder."""
+    assert reproduce.default_out("srfca", quick=False) == RESULTS / "srfca"
+    assert reproduce.default_out("srfca", quick=True) == Path("results", "srfca")
+    assert reproduce.checkout() == ROOT
+    assert reproduce.load_spec("srfca-table5")["path"] == "fedclust_jax/studies/srfca/table5.toml"
+
