@@ -64,9 +64,13 @@ paper's, the run size against the paper's, hardware, package commit, verdict) an
 ``<name>.json`` (the command, the run's metadata and the raw rows). DIR defaults to the
 checkout's ``benchmarks/results/<paper>/`` (where the committed results live) for a full run
 from a source checkout, and to ``results/<paper>/`` under the working folder (created on
-demand) for a --quick run and for an installed package. Verdict: "reproduced" when every
-cell with a paper number agrees, "partly" when some do, "not reproduced" when none does,
-"not run" for a --quick run (CI size, not compared).
+demand) for a --quick run and for an installed package. Files there are replaced only when
+they hold this table's results from a run no larger (a --quick run is smaller than a full
+one; fewer seeds smaller than more), or with --overwrite; otherwise the run writes
+``<name>-<n>.md`` and ``.json`` beside them (the first such pair it may write) and says so
+before it starts. Verdict: "reproduced" when every cell with a paper number agrees, "partly"
+when some do, "not reproduced" when none does, "not run" for a --quick run (CI size, not
+compared).
 ``render(spec, record)`` rebuilds the markdown from the JSON alone.
 """
 
@@ -77,6 +81,7 @@ import copy
 import inspect
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -465,6 +470,55 @@ def default_out(paper: str, quick: bool) -> Path:
     return Path("results") / paper
 
 
+def size_of(quick: bool, seeds) -> tuple[int, int]:
+    """A run's size, for comparing runs of one table: (1 for a full run, 0 for --quick),
+    then the number of seeds."""
+    return (0 if quick else 1, len(set(seeds)))
+
+
+def held_size(md: Path, raw: Path, table_id: str):
+    """What a run of ``table_id`` finds at ``md`` / ``raw``: None when neither exists; the
+    size (``size_of``) of the run that wrote them when ``raw`` is that table's record and
+    ``md`` (if any) was rendered from it; "foreign" for anything else."""
+    if not md.exists() and not raw.exists():
+        return None
+    try:
+        record = json.loads(raw.read_text())
+        ours = (record.get("table") == table_id and {"rows", "verdict", "quick"} <= set(record)
+                and (not md.exists() or md.read_text().split("\n", 1)[0] == f"`{record['command']}`"))
+        return size_of(record["quick"], [r.get("seed") for r in record["rows"]]) if ours else "foreign"
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return "foreign"
+
+
+def output_files(out: Path, spec: dict, size: tuple, overwrite: bool = False):
+    """(md, json, why): ``<name>.md`` / ``.json`` in ``out`` when they are free, hold this
+    table's results from a run no larger than ``size``, or ``overwrite``; else the first
+    ``<name>-<n>`` pair that is, and why the first pair is kept (None when not)."""
+    why = None
+    for n in range(10_000):
+        stem = spec["name"] if n == 0 else f"{spec['name']}-{n}"
+        md, raw = out / f"{stem}.md", out / f"{stem}.json"
+        held = held_size(md, raw, spec["id"])
+        if held is None or overwrite or (held != "foreign" and held <= size):
+            return md, raw, why
+        if n == 0:
+            why = ("were not written by reproduce for this table" if held == "foreign" else
+                   f"hold the results of a larger run ({'full' if held[0] else '--quick'}, "
+                   f"{held[1]} seed(s))")
+    raise ValueError(f"--out {out}: no free <name>-<n>.md in 10,000 tries; choose another folder")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
 # ----------------------------------------------------------------------------- command line
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -475,7 +529,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None,
                    help="folder for <name>.md and <name>.json (default: benchmarks/results/<paper> "
                         "for a full run from a source checkout, else results/<paper> under the "
-                        "working folder, created on demand)")
+                        "working folder, created on demand); files there are replaced only when "
+                        "they hold this table from a run no larger, else <name>-<n>.md is written")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace <name>.md and <name>.json in --out whatever made them")
     p.add_argument("--data-dir", default=None, help="folder with the real data sets (MNIST, LEAF)")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="seeds to run (default: the study file's)")
@@ -503,8 +560,14 @@ def main(args) -> int:
         for study in planned.values():
             parse_sweep(study)
         out = Path(args.out) if args.out else default_out(spec["paper"], args.quick)
-        md, raw = out / f"{spec['name']}.md", out / f"{spec['name']}.json"
-        check_output_path(str(md), "--out", example=None)
+        check_output_path(str(out / f"{spec['name']}.md"), "--out", example=None)
+        seeds = [s for study in planned.values() for s in study["sweep"]["seed"]]
+        md, raw, kept = output_files(out, spec, size_of(args.quick, seeds),
+                                     getattr(args, "overwrite", False))
+        if kept:
+            print(f"reproduce: {out / spec['name']}.md and .json {kept}; they are kept and "
+                  f"this run writes {md} and {raw.name} (--overwrite replaces them)",
+                  file=sys.stderr, flush=True)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -520,10 +583,11 @@ def main(args) -> int:
               "wall_s": time.perf_counter() - t0}
     record["verdict"] = verdict(spec, cells(spec, rows), args.quick)
     record["rows"] = rows
-    raw.write_text(json.dumps(record, indent=1, default=_jsonable) + "\n")
+    _write_atomic(raw, json.dumps(record, indent=1, default=_jsonable) + "\n")
     record = json.loads(raw.read_text())
-    md.write_text(render(spec, record))
+    _write_atomic(md, render(spec, record))
     print(md.read_text())
+    print(f"reproduce: wrote {md} and {raw.name}", file=sys.stderr)
     return 0
 
 

@@ -1,8 +1,10 @@
 """Paper tables as study files (fedclust_jax.reproduce): every table runs at CI size, a
 committed results file equals what its raw rows give, a row equals the single run with
-its settings and seed, bad input stops before compute."""
+its settings and seed, a run never replaces results of a larger run or files it did not
+write, bad input stops before compute."""
 
 import json
+import shutil
 from argparse import Namespace
 from pathlib import Path
 
@@ -18,7 +20,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 def args(table, **kw):
     return Namespace(**{**dict(table=table, list=False, quick=True, out=None, data_dir=None,
-                               seeds=None, no_progress=True), **kw})
+                               seeds=None, no_progress=True, overwrite=False), **kw})
 
 
 def snapshot(folder: Path) -> dict:
@@ -137,3 +139,43 @@ def test_default_out():
     assert reproduce.checkout() == ROOT
     assert reproduce.load_spec("srfca-table5")["path"] == "fedclust_jax/studies/srfca/table5.toml"
 
+
+def test_results_of_a_larger_run_and_foreign_files_are_kept(tmp_path, monkeypatch, capsys):
+    """srfca-table5's committed results (5 seeds, full size) copied to --out: a --quick run
+    and a full run of fewer seeds write table5-1.md / .json beside them and say so before
+    they start; a run as large replaces them, and so does --overwrite; a .md that reproduce
+    did not write is kept. The rows are the committed ones (the files are the subject)."""
+    record = json.loads((RESULTS / "srfca" / "table5.json").read_text())
+    monkeypatch.setattr(reproduce, "run_table", lambda spec, quick, seeds, data_dir, progress: [
+        r for r in record["rows"] if r["seed"] in (seeds or ([0, 1] if quick else range(5)))])
+    out = tmp_path / "srfca"
+    shutil.copytree(RESULTS / "srfca", out)
+    committed = snapshot(out)
+
+    def run(**kw):
+        code = reproduce.main(args("srfca-table5", out=str(out), **kw))
+        return code, capsys.readouterr().err
+
+    code, err = run()
+    assert code == 0 and snapshot(out).items() >= committed.items()
+    assert (f"{out / 'table5'}.md and .json hold the results of a larger run (full, 5 seed(s)); "
+            f"they are kept and this run writes {out / 'table5-1.md'} and table5-1.json") in err
+    assert f"wrote {out / 'table5-1.md'} and table5-1.json" in err
+    assert json.loads((out / "table5-1.json").read_text())["quick"]
+    code, err = run(quick=False, seeds=[0])        # larger than --quick: replaces table5-1
+    assert code == 0 and snapshot(out).items() >= committed.items() and "table5-1.md" in err
+    assert not (out / "table5-2.md").exists()
+    assert not json.loads((out / "table5-1.json").read_text())["quick"]
+    code, err = run(quick=False)                   # as large as the committed run
+    assert code == 0 and "kept" not in err and f"wrote {out / 'table5.md'}" in err
+    assert json.loads((out / "table5.json").read_text())["rows"] == record["rows"]
+    code, err = run(overwrite=True)                # --quick over the full run
+    assert code == 0 and f"wrote {out / 'table5.md'}" in err
+    assert json.loads((out / "table5.json").read_text())["quick"]
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "table5.md").write_text("my notes\n")
+    assert reproduce.main(args("srfca-table5", out=str(foreign))) == 0
+    assert (foreign / "table5.md").read_text() == "my notes\n"
+    assert "table5.md and .json were not written by reproduce" in capsys.readouterr().err
+    assert (foreign / "table5-1.md").exists() and not (foreign / "table5.json").exists()
