@@ -216,7 +216,9 @@ def add_common(p: argparse.ArgumentParser):
     g.add_argument("--devices", type=CliText, help="split the clients over this many devices (default one)")
     g = p.add_argument_group("output")
     g.add_argument("--output", help="write results (command, config, metrics, history) to this JSON file: "
-                                    "run writes one result object, compare a list of them")
+                                    "run writes one result object, compare a list of them; a file that "
+                                    "is not run / compare results is kept and they go to <stem>-<n>.json")
+    g.add_argument("--overwrite", action="store_true", help="replace --output whatever made it")
     g.add_argument("--no-progress", action="store_true", help="no progress reports (they go to stderr at "
                                                                "least every 10 s, or every round)")
 
@@ -258,7 +260,9 @@ def make_parser() -> argparse.ArgumentParser:
     swp.add_argument("--config", required=True, help="study file (.toml or .json) with a [sweep] table")
     add_eval_every(swp)
     swp.add_argument("--output", help="write the rows to this .csv (curves JSON-encoded in one column) "
-                                      "or .json file")
+                                      "or .json file; a file that is not sweep rows is kept and they "
+                                      "go to <stem>-<n>.csv / .json")
+    swp.add_argument("--overwrite", action="store_true", help="replace --output whatever made it")
     swp.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     lst = sub.add_parser("list", help="list datasets, models, algorithms and presets; "
                                       "`list NAME`: its parameters with defaults, types and meanings")
@@ -268,8 +272,9 @@ def make_parser() -> argparse.ArgumentParser:
     from fedclust_jax import reproduce
     reproduce.add_arguments(sub.add_parser(
         "reproduce", help="reproduce a paper's table or figure from its study file",
-        description="Run a paper table's study file (benchmarks/<paper>/) and write it beside "
-                    "the paper's numbers; --list names the tables."))
+        description="Run a paper table's study file (fedclust_jax/studies/<paper>/, shipped "
+                    "with the package) and write it beside the paper's numbers; --list names "
+                    "the tables."))
     return parser
 
 
@@ -456,7 +461,7 @@ def check_paths(args, labels: list[str]):
     from fedclust_jax.experiment import checkpoint_paths
     from fedclust_jax.results import check_output_path
     if args.output:
-        check_output_path(args.output, "--output")
+        check_output_path(args.output, "--output", kind="results", overwrite=args.overwrite)
     if args.checkpoint:
         for path in checkpoint_paths(args.checkpoint, labels).values():
             if os.path.isdir(path) or not os.path.exists(path):
@@ -693,7 +698,7 @@ def _main(argv, state: RunState) -> int:
     if args.output:   # run: the result object; compare: a list of them; each names its command
         written = [{"command": command_line, **r} for r in results]
         written = written[0] if args.command == "run" else written
-        code = max(code, saved(save_results(written, args.output), args.output,
+        code = max(code, saved(save_results(written, args.output, args.overwrite), args.output,
                                f"results written to {args.output}"))
     return code
 
@@ -719,7 +724,7 @@ def main_sweep(args) -> int:
             study["eval_every"] = args.eval_every
         base, paths, grid = parse_sweep(study)
         if args.output:
-            check_rows_path(args.output)
+            check_rows_path(args.output, overwrite=args.overwrite)
         print(format_sweep_plan(study["sweep"], paths, len(grid), study_configs(base)),
               flush=True)
         rows = run_sweep(study, progress=not args.no_progress)
@@ -736,7 +741,7 @@ def main_sweep(args) -> int:
               f"{bad[0]['algorithm']} point {bad[0]['point']}; lower the learning rate", file=sys.stderr)
         code = 1
     if args.output:
-        code = max(code, saved(save_rows(rows, args.output), args.output,
+        code = max(code, saved(save_rows(rows, args.output, args.overwrite), args.output,
                                f"{len(rows)} rows written to {args.output}"))
     return code
 

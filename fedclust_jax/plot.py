@@ -602,11 +602,26 @@ def figure(kind: str, records: list[dict], metric: str | None = None, x: str | N
     return fig
 
 
+def _marked(ext: str, mark: str) -> dict:
+    """savefig keywords that put ``mark`` (who made the figure) into the file's metadata:
+    png, pdf, svg, ps, eps, jpg and tif; none for the other formats."""
+    key = {"png": "Software", "pdf": "Creator", "svg": "Creator", "ps": "Creator",
+           "eps": "Creator"}.get(ext)
+    if key:
+        return {"metadata": {key: mark}}
+    pil = {"jpg": "comment", "jpeg": "comment", "tif": "description", "tiff": "description"}.get(ext)
+    return {"pil_kwargs": {pil: mark}} if pil else {}
+
+
 def plot_results(paths, out: str, metric: str | None = None, x: str | None = None,
-                 title: str | None = None, dpi: int = 120):
+                 title: str | None = None, dpi: int = 120, overwrite: bool = False):
     """Reads result file(s) ``paths`` (see the module docstring), draws ``figure`` and
-    writes it to ``out`` (format from its extension). Returns the figure."""
-    from fedclust_jax.results import check_output_path
+    writes it to ``out`` (format from its extension); to ``results.output_target(out)``,
+    said on stderr, when ``out`` holds a file plot did not write (it marks its files:
+    ``_marked``; a .webp, say, is never its own) and not ``overwrite``. Returns the
+    figure, its ``fedclust_path`` the file written."""
+    from fedclust_jax import __version__
+    from fedclust_jax.results import FIGURE_CREATOR, check_output_path
     kind, records = load_results(paths)
     check_output_path(out, "-o", example="figure.png")
     pyplot()
@@ -617,7 +632,9 @@ def plot_results(paths, out: str, metric: str | None = None, x: str | None = Non
         raise ValueError(f"-o {out!r}: unknown image format {ext or '(none)'!r}; use one of "
                          f"{', '.join(sorted(supported))}, e.g. fig.png")
     fig = figure(kind, records, metric=metric, x=x, title=title)
-    fig.savefig(out, dpi=dpi)
+    target = check_output_path(out, "-o", kind="figure", overwrite=overwrite)
+    fig.savefig(target, dpi=dpi, **_marked(ext, FIGURE_CREATOR.format(version=__version__)))
+    fig.fedclust_path = target
     return fig
 
 
@@ -633,7 +650,11 @@ def add_plot_parser(sub):
                     f"parameter. Needs matplotlib: {PIP_HINT}.")
     p.add_argument("results", nargs="+", help="result file(s): run/compare JSON (several are "
                                               "pooled, e.g. one per seed) or sweep rows")
-    p.add_argument("-o", "--output", required=True, metavar="FIG", help="image file, e.g. fig.png")
+    p.add_argument("-o", "--output", required=True, metavar="FIG",
+                   help="image file, e.g. fig.png; a file plot did not write (it marks its png, "
+                        "pdf, svg, ps, eps, jpg and tif files) is kept and the figure goes to "
+                        "FIG-<n> beside it")
+    p.add_argument("--overwrite", action="store_true", help="replace FIG whatever made it")
     p.add_argument("--metric", help="draw only this metric (e.g. test_acc, misclustering, ari, "
                                     "num_clusters, test_loss, param_error)")
     p.add_argument("--x", metavar="PARAM", help="sweeps: only this parameter on the x-axis")
@@ -642,10 +663,11 @@ def add_plot_parser(sub):
 
 
 def plot_command(args) -> int:
-    """Runs `fedclust-jax plot`: 0; ValueError / ImportError for bad input (the CLI turns
-    them into exit code 2 and one line)."""
+    """Runs `fedclust-jax plot`: 0, or 1 when the figure went beside -o (a file plot did
+    not write is kept); ValueError / ImportError for bad input (the CLI turns them into exit
+    code 2 and one line)."""
     fig = plot_results(args.results, args.output, metric=args.metric, x=args.x,
-                       title=args.title)
+                       title=args.title, overwrite=args.overwrite)
     pyplot().close(fig)
-    print(f"figure written to {args.output}")
-    return 0
+    print(f"figure written to {fig.fedclust_path}")
+    return 0 if fig.fedclust_path == args.output else 1

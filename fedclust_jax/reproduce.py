@@ -4,7 +4,8 @@
         [--seeds 0 1 2]
     python -m fedclust_jax.reproduce --list
 
-A table ``<paper>-<name>`` is the file ``benchmarks/<paper>/<name>.toml``::
+A table ``<paper>-<name>`` is the file ``fedclust_jax/studies/<paper>/<name>.toml``, shipped
+with the package (a wheel or ``pip install git+URL`` runs every table)::
 
     [table]
     title = "SR-FCA Table 5: test accuracy (%) after each phase"
@@ -58,11 +59,18 @@ a number or [mean, spread]; keys are the raw keys (the field values, several joi
     lower = "brifca-median"          # row key with the smaller mean ...
     higher = "ifca-fedavg"           # ... than this one, in every column (or "columns")
 
-Outputs in DIR (default ``benchmarks/results/<paper>/``): ``<name>.md`` (its first line is the
-command; the table, ours beside the paper's, the run size against the paper's, hardware,
-package commit, verdict) and ``<name>.json`` (the command, the run's metadata and the raw
-rows). Verdict: "reproduced" when every cell with a paper number agrees, "partly" when some
-do, "not reproduced" when none does, "not run" for a --quick run (CI size, not compared).
+Outputs in DIR: ``<name>.md`` (its first line is the command; the table, ours beside the
+paper's, the run size against the paper's, hardware, package commit, verdict) and
+``<name>.json`` (the command, the run's metadata and the raw rows). DIR defaults to the
+checkout's ``benchmarks/results/<paper>/`` (where the committed results live) for a full run
+from a source checkout, and to ``results/<paper>/`` under the working folder (created on
+demand) for a --quick run and for an installed package. Files there are replaced only when
+they hold this table's results from a run no larger (a --quick run is smaller than a full
+one; fewer seeds smaller than more), or with --overwrite; otherwise the run writes
+``<name>-<n>.md`` and ``.json`` beside them (the first such pair it may write) and says so
+before it starts. Verdict: "reproduced" when every cell with a paper number agrees, "partly"
+when some do, "not reproduced" when none does, "not run" for a --quick run (CI size, not
+compared).
 ``render(spec, record)`` rebuilds the markdown from the JSON alone.
 """
 
@@ -73,14 +81,15 @@ import copy
 import inspect
 import json
 import math
+import os
 import subprocess
 import sys
 import time
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = ROOT / "benchmarks"
+PACKAGE = Path(__file__).resolve().parent
+STUDIES = PACKAGE / "studies"          # <paper>/<name>.toml and the paper's numbers
 PAPERS = ("ifca", "uifca", "srfca", "threshold", "brifca")
 TABLE_KEYS = {"title", "numbers", "metric", "scale", "threshold", "best_over", "digits", "spread",
               "tolerance", "rows", "columns", "runner", "labels", "size", "notes"}
@@ -90,14 +99,17 @@ FILE_KEYS = {"table", "study", "parts", "quick"}
 # ----------------------------------------------------------------------------- study files
 
 def table_ids() -> list[str]:
-    """Every table id, ``<paper>-<name>`` for ``benchmarks/<paper>/<name>.toml``."""
-    return sorted(f"{p}-{f.stem}" for p in PAPERS for f in (BENCHMARKS / p).glob("*.toml")
+    """Every table id, ``<paper>-<name>`` for ``fedclust_jax/studies/<paper>/<name>.toml``."""
+    return sorted(f"{p}-{f.stem}" for p in PAPERS for f in (STUDIES / p).glob("*.toml")
                   if not f.stem.endswith(".paper"))
 
 
 def table_path(table_id: str) -> Path:
     paper, _, name = table_id.partition("-")
-    path = BENCHMARKS / paper / f"{name}.toml"
+    path = STUDIES / paper / f"{name}.toml"
+    if not table_ids():
+        raise ValueError(f"no study files in {STUDIES}: this install of fedclust_jax lacks its "
+                         "package data; reinstall it (pip install --force-reinstall fedclust_jax)")
     if paper not in PAPERS or not name or not path.exists():
         raise ValueError(f"unknown table {table_id!r}; available: {', '.join(table_ids())}")
     return path
@@ -140,7 +152,7 @@ def load_spec(table_id: str) -> dict:
     text = numbers.read_text()
     spec["paper_numbers"] = json.loads(text) if numbers.suffix == ".json" else tomllib.loads(text)
     spec.update(id=table_id, paper=path.parent.name, name=path.stem,
-                path=str(path.relative_to(ROOT)))
+                path=path.relative_to(PACKAGE.parent).as_posix())
     return spec
 
 
@@ -408,13 +420,26 @@ def render(spec: dict, record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def checkout() -> Path | None:
+    """The source checkout the package runs from (its root holds pyproject.toml and
+    benchmarks/results/), or None for an installed package."""
+    root = PACKAGE.parent
+    ok = (root / "pyproject.toml").is_file() and (root / "benchmarks" / "results").is_dir()
+    return root if ok else None
+
+
 def commit() -> str:
-    """The package's git commit (short), "+dirty" when tracked files differ from it."""
+    """The package's git commit (short), "+dirty" when tracked files differ from it; for an
+    installed package (no checkout) its version."""
+    from fedclust_jax import __version__
+    root = checkout()
+    if root is None:
+        return f"unknown (installed fedclust_jax {__version__})"
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
                               capture_output=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
-                                "--", "fedclust_jax"], cwd=ROOT, text=True,
+                                "--", "fedclust_jax"], cwd=root, text=True,
                                capture_output=True).stdout.strip()
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
@@ -434,6 +459,66 @@ def command_line(args) -> str:
     return " ".join(parts)
 
 
+# ----------------------------------------------------------------------------- output files
+
+def default_out(paper: str, quick: bool) -> Path:
+    """--out's default: the checkout's benchmarks/results/<paper>/ for a full run from a
+    source checkout (the committed results), else results/<paper>/ under the working folder."""
+    root = checkout()
+    if root is not None and not quick:
+        return root / "benchmarks" / "results" / paper
+    return Path("results") / paper
+
+
+def size_of(quick: bool, seeds) -> tuple[int, int]:
+    """A run's size, for comparing runs of one table: (1 for a full run, 0 for --quick),
+    then the number of seeds."""
+    return (0 if quick else 1, len(set(seeds)))
+
+
+def held_size(md: Path, raw: Path, table_id: str):
+    """What a run of ``table_id`` finds at ``md`` / ``raw``: None when neither exists; the
+    size (``size_of``) of the run that wrote them when ``raw`` is that table's record and
+    ``md`` (if any) was rendered from it; "foreign" for anything else."""
+    if not md.exists() and not raw.exists():
+        return None
+    try:
+        record = json.loads(raw.read_text())
+        ours = (record.get("table") == table_id and {"rows", "verdict", "quick"} <= set(record)
+                and (not md.exists() or md.read_text().split("\n", 1)[0] == f"`{record['command']}`"))
+        return size_of(record["quick"], [r.get("seed") for r in record["rows"]]) if ours else "foreign"
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return "foreign"
+
+
+def output_files(out: Path, spec: dict, size: tuple, overwrite: bool = False):
+    """(md, json, why): ``<name>.md`` / ``.json`` in ``out`` when they are free, hold this
+    table's results from a run no larger than ``size``, or ``overwrite``; else the first
+    ``<name>-<n>`` pair that is, and why the first pair is kept (None when not)."""
+    why = None
+    for n in range(10_000):
+        stem = spec["name"] if n == 0 else f"{spec['name']}-{n}"
+        md, raw = out / f"{stem}.md", out / f"{stem}.json"
+        held = held_size(md, raw, spec["id"])
+        if held is None or overwrite or (held != "foreign" and held <= size):
+            return md, raw, why
+        if n == 0:
+            why = ("were not written by reproduce for this table" if held == "foreign" else
+                   f"hold the results of a larger run ({'full' if held[0] else '--quick'}, "
+                   f"{held[1]} seed(s))")
+    raise ValueError(f"--out {out}: no free <name>-<n>.md in 10,000 tries; choose another folder")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
 # ----------------------------------------------------------------------------- command line
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -442,7 +527,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="CI size: the study file's [quick] settings (seconds on a CPU)")
     p.add_argument("--out", default=None,
-                   help="folder for <name>.md and <name>.json (default benchmarks/results/<paper>)")
+                   help="folder for <name>.md and <name>.json (default: benchmarks/results/<paper> "
+                        "for a full run from a source checkout, else results/<paper> under the "
+                        "working folder, created on demand); files there are replaced only when "
+                        "they hold this table from a run no larger, else <name>-<n>.md is written")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace <name>.md and <name>.json in --out whatever made them")
     p.add_argument("--data-dir", default=None, help="folder with the real data sets (MNIST, LEAF)")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="seeds to run (default: the study file's)")
@@ -453,6 +543,10 @@ def main(args) -> int:
     """Runs ``args.table``; exit 2 with one line on bad input (before compute)."""
     from fedclust_jax.results import check_output_path, environment
     if args.list:
+        if not table_ids():
+            print(f"error: no study files in {STUDIES}: this install of fedclust_jax lacks its "
+                  "package data; reinstall it", file=sys.stderr)
+            return 2
         print("\n".join(table_ids()))
         return 0
     try:
@@ -462,11 +556,18 @@ def main(args) -> int:
         if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
             raise ValueError(f"--seeds {args.seeds}: give distinct integers >= 0")
         from fedclust_jax.sweep import parse_sweep
-        for study in studies(spec, quick=args.quick, seeds=args.seeds, data_dir=args.data_dir).values():
+        planned = studies(spec, quick=args.quick, seeds=args.seeds, data_dir=args.data_dir)
+        for study in planned.values():
             parse_sweep(study)
-        out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / spec["paper"]
-        md, raw = out / f"{spec['name']}.md", out / f"{spec['name']}.json"
-        check_output_path(str(md), "--out", example=None)
+        out = Path(args.out) if args.out else default_out(spec["paper"], args.quick)
+        check_output_path(str(out / f"{spec['name']}.md"), "--out", example=None)
+        seeds = [s for study in planned.values() for s in study["sweep"]["seed"]]
+        md, raw, kept = output_files(out, spec, size_of(args.quick, seeds),
+                                     getattr(args, "overwrite", False))
+        if kept:
+            print(f"reproduce: {out / spec['name']}.md and .json {kept}; they are kept and "
+                  f"this run writes {md} and {raw.name} (--overwrite replaces them)",
+                  file=sys.stderr, flush=True)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -482,10 +583,11 @@ def main(args) -> int:
               "wall_s": time.perf_counter() - t0}
     record["verdict"] = verdict(spec, cells(spec, rows), args.quick)
     record["rows"] = rows
-    raw.write_text(json.dumps(record, indent=1, default=_jsonable) + "\n")
+    _write_atomic(raw, json.dumps(record, indent=1, default=_jsonable) + "\n")
     record = json.loads(raw.read_text())
-    md.write_text(render(spec, record))
+    _write_atomic(md, render(spec, record))
     print(md.read_text())
+    print(f"reproduce: wrote {md} and {raw.name}", file=sys.stderr)
     return 0
 
 

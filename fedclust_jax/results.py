@@ -3,6 +3,11 @@
 ``check_output_path`` runs before any compute (the folder is created, the path must not be a
 folder and must be writable); ``save_results`` writes atomically and, if the path still
 fails, writes a fallback file and returns its path, so nothing computed is lost.
+
+Nothing a user made is replaced: a writer replaces a file only when it holds what that writer
+writes (``written_kind``: run / compare results, sweep rows, a plot), or with ``overwrite``
+(``--overwrite``); otherwise it writes the first free ``<stem>-<n><suffix>`` beside it
+(``output_target``) and says so on stderr.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -174,16 +180,93 @@ def environment() -> dict:
             "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def check_output_path(path: str, what: str = "--output", example: str | None = "results.json"
-                      ) -> None:
+KINDS = {"results": "run / compare results", "rows": "sweep rows", "figure": "a plot"}
+FIGURE_CREATOR = "fedclust-jax {version} plot"    # a figure's metadata (plot.py) ...
+FIGURE_MARK = re.compile(rb"fedclust-jax [0-9][0-9A-Za-z.+-]* plot")  # ... found in its bytes
+
+
+def result_kind(obj) -> str | None:
+    """What ``obj`` is: "results" (a run result, an object with "algorithm" and "metrics",
+    or a list of them: compare), "rows" (a list of sweep rows, objects with "algorithm" and
+    "point"), "table" (a reproduce record), else None."""
+    entries = obj if isinstance(obj, list) else [obj]
+    if not entries or not all(isinstance(e, dict) for e in entries):
+        return None
+    if isinstance(obj, dict) and {"table", "rows", "verdict"} <= set(obj):
+        return "table"
+    if all("algorithm" in e and isinstance(e.get("metrics"), dict) for e in entries):
+        return "results"
+    if isinstance(obj, list) and all("algorithm" in e and "point" in e for e in entries):
+        return "rows"
+    return None
+
+
+def written_kind(path: str) -> str | None:
+    """What fedclust_jax wrote at ``path``: ``result_kind`` of a JSON file; "rows" for a .csv
+    whose header has "algorithm" and "point"; "figure" for an image whose metadata names
+    ``FIGURE_CREATOR``; None for a file it did not write, or none."""
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) > 2**28:
+            return None
+        if path.endswith(".csv"):
+            import csv
+            with open(path, newline="") as f:
+                header = next(csv.reader(f), [])
+            return "rows" if {"algorithm", "point"} <= set(header) else None
+        with open(path, "rb") as f:
+            data = f.read()
+        if data.lstrip()[:1] in (b"{", b"["):
+            return result_kind(json.loads(data))
+        return "figure" if FIGURE_MARK.search(data) else None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def sibling(path: str, n: int) -> str:
+    """``path`` with ``-<n>`` before its suffix (``r.json`` -> ``r-1.json``)."""
+    stem, suffix = os.path.splitext(path)
+    return f"{stem}-{n}{suffix}"
+
+
+def output_target(path: str, kind: str | None, overwrite: bool = False) -> str:
+    """Where a writer of ``kind`` (see ``KINDS``) puts what it was asked to write at
+    ``path``: ``path`` when it does not exist, holds a file of that kind, or ``overwrite``;
+    else the first ``sibling(path, n)`` that is free or of that kind (``path`` is kept)."""
+    for n in range(10_000):
+        target = path if n == 0 else sibling(path, n)
+        if (not os.path.lexists(target) or (n == 0 and overwrite)
+                or (kind is not None and written_kind(target) == kind)):
+            return target
+    raise ValueError(f"{path!r}: no free {sibling(path, 'N')!r} beside it; choose another path")
+
+
+def kept_line(path: str, kind: str | None, target: str, future: bool = False) -> str:
+    """The stderr line saying ``path`` is kept and the output goes (``future``: will go) to
+    ``target``."""
+    what = f"{KINDS.get(kind, 'results')} written by fedclust-jax"
+    if future:
+        return (f"fedclust-jax: {path} is not {what}: it is kept (--overwrite replaces it); "
+                f"the output will go to {target}")
+    return f"fedclust-jax: output written to {target}; {path} is kept (not {what})"
+
+
+def check_output_path(path: str, what: str = "--output", example: str | None = "results.json",
+                      kind: str | None = None, overwrite: bool | None = None) -> str:
     """Creates ``path``'s folder and checks that ``path`` can be written (not a folder);
     raises ValueError with advice otherwise (``example``: a file name to suggest inside a
-    folder given by mistake; None suggests none). Leaves no file behind."""
+    folder given by mistake; None suggests none). Leaves no file behind. With ``overwrite``
+    given (True or False), the file a writer of ``kind`` will write (``output_target``) is
+    checked instead, said on stderr when it is not ``path``; returns the path checked."""
     if not path:
         raise ValueError(f"{what} needs a file name")
     if os.path.isdir(path):
         hint = f", e.g. {os.path.join(path, example)!r}" if example else " inside it"
         raise ValueError(f"{what} {path!r} is a folder; give a file name{hint}")
+    if overwrite is not None:
+        target = output_target(path, kind, overwrite)
+        if target != path:
+            print(kept_line(path, kind, target, future=True), file=sys.stderr, flush=True)
+            path = target
     folder = os.path.dirname(os.path.abspath(path))
     above = folder                      # the nearest part of the path that exists
     while not os.path.exists(above):
@@ -204,6 +287,7 @@ def check_output_path(path: str, what: str = "--output", example: str | None = "
     except OSError as e:
         raise ValueError(f"{what} {path!r}: cannot write in {folder!r} ({e.strerror or e}); "
                          "choose another path") from None
+    return path
 
 
 def fallback_path(path: str) -> str:
@@ -234,11 +318,24 @@ def _jsonable(v):
         return str(v)
 
 
-def save_results(results: list[dict] | dict, path: str) -> str:
+def save_results(results: list[dict] | dict, path: str, overwrite: bool = False) -> str:
     """Writes ``results`` (a list of results, or one result object) as JSON to ``path``
-    (atomically). If that fails, writes them to
-    ``fallback_path(path)`` instead, says so on stderr and returns that path."""
-    return _write_or_fall_back(_write_json, results, path)
+    (atomically); to ``output_target(path)`` when ``path`` holds a file of another kind and
+    not ``overwrite``. If that fails, writes them to ``fallback_path(path)`` instead. Says
+    either on stderr and returns the path written."""
+    return _save(_write_json, results, path, overwrite)
+
+
+def _save(write, obj, path: str, overwrite: bool) -> str:
+    """``write(obj, target)``, ``target`` = ``output_target`` of ``path`` for ``obj``'s
+    kind, with the fallback of ``_write_or_fall_back``; a line on stderr when the result
+    did not go to ``path``."""
+    kind = result_kind(obj)
+    target = output_target(path, kind, overwrite)
+    written = _write_or_fall_back(write, obj, target)
+    if target != path and written == target:
+        print(kept_line(path, kind, target), file=sys.stderr)
+    return written
 
 
 def _write_or_fall_back(write, obj, path: str) -> str:
@@ -303,16 +400,16 @@ def _write_rows(rows: list[dict], path: str):
             os.remove(tmp)
 
 
-def check_rows_path(path: str, what: str = "--output"):
-    """A sweep's output must be a writable .csv or .json file."""
+def check_rows_path(path: str, what: str = "--output", overwrite: bool | None = None) -> str:
+    """A sweep's output must be a writable .csv or .json file (``check_output_path``)."""
     if not (path.endswith(".csv") or path.endswith(".json")):
         raise ValueError(f"{what} {path!r}: sweep results are written as .csv or .json; "
                          "name the file results.csv or results.json")
-    check_output_path(path, what)
+    return check_output_path(path, what, kind="rows", overwrite=overwrite)
 
 
-def save_rows(rows: list[dict], path: str) -> str:
+def save_rows(rows: list[dict], path: str, overwrite: bool = False) -> str:
     """Sweep rows to ``path``: .json, a list of row objects (curves nested); .csv, one line
     per row, scalar columns, lists and the curves JSON-encoded in their cell, empty for
-    none. Falls back as ``save_results`` (as JSON) and returns the path written."""
-    return _write_or_fall_back(_write_rows, rows, path)
+    none. Kept files and fallback as ``save_results`` (as JSON); returns the path written."""
+    return _save(_write_rows, rows, path, overwrite)

@@ -303,7 +303,7 @@ def test_preset_rotated_digits(tmp_path):
 
 
 def test_reproduce_list():
-    """The reproduction command the README names lists the tables of benchmarks/<paper>/."""
+    """The reproduction command the README names lists the tables of fedclust_jax/studies/."""
     assert "`--list` names the tables" in " ".join(README.split())
     proc = subprocess.run([sys.executable, "-m", "fedclust_jax.reproduce", "--list"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
@@ -312,7 +312,7 @@ def test_reproduce_list():
     assert tables and all(re.fullmatch(r"[a-z0-9]+-[a-z0-9_-]+", t) for t in tables), tables
     for table in tables:
         paper, name = table.split("-", 1)
-        assert (ROOT / "benchmarks" / paper / f"{name}.toml").exists(), table
+        assert (ROOT / "fedclust_jax" / "studies" / paper / f"{name}.toml").exists(), table
 
 
 def test_accelerator_extras():

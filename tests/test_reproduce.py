@@ -1,8 +1,10 @@
 """Paper tables as study files (fedclust_jax.reproduce): every table runs at CI size, a
 committed results file equals what its raw rows give, a row equals the single run with
-its settings and seed, bad input stops before compute."""
+its settings and seed, a run never replaces results of a larger run or files it did not
+write, bad input stops before compute."""
 
 import json
+import shutil
 from argparse import Namespace
 from pathlib import Path
 
@@ -18,7 +20,11 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 def args(table, **kw):
     return Namespace(**{**dict(table=table, list=False, quick=True, out=None, data_dir=None,
-                               seeds=None, no_progress=True), **kw})
+                               seeds=None, no_progress=True, overwrite=False), **kw})
+
+
+def snapshot(folder: Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*")) if p.is_file()}
 
 
 def test_table_ids_cover_the_study_files():
@@ -32,12 +38,19 @@ def test_table_ids_cover_the_study_files():
 
 
 @pytest.mark.parametrize("table_id", reproduce.table_ids())
-def test_every_table_runs_quick_and_its_markdown_comes_from_its_rows(table_id, tmp_path):
-    assert reproduce.main(args(table_id, out=str(tmp_path))) == 0
+def test_every_table_runs_quick_and_its_markdown_comes_from_its_rows(table_id, tmp_path,
+                                                                     monkeypatch):
+    """From the checkout with the default --out: a --quick run writes results/<paper>/
+    under the working folder and leaves the committed results byte for byte."""
     spec = reproduce.load_spec(table_id)
-    md = (tmp_path / f"{spec['name']}.md").read_text()
-    record = json.loads((tmp_path / f"{spec['name']}.json").read_text())
-    assert md.splitlines()[0] == f"`python -m fedclust_jax.reproduce {table_id} --quick --out {tmp_path}`"
+    committed = snapshot(RESULTS / spec["paper"])
+    monkeypatch.chdir(tmp_path)
+    assert reproduce.main(args(table_id)) == 0
+    assert snapshot(RESULTS / spec["paper"]) == committed
+    out = tmp_path / "results" / spec["paper"]
+    md = (out / f"{spec['name']}.md").read_text()
+    record = json.loads((out / f"{spec['name']}.json").read_text())
+    assert md.splitlines()[0] == f"`python -m fedclust_jax.reproduce {table_id} --quick`"
     assert record["rows"] and record["quick"] and record["verdict"].startswith("not run")
     assert reproduce.render(spec, record) == md
     numbers = [c for c in reproduce.cells(spec, record["rows"]).values()]
@@ -116,3 +129,53 @@ def test_bad_input_is_one_line_and_exit_2_before_compute(capsys, tmp_path):
     (tmp_path / "f").write_text("")
     assert reproduce.main(args("srfca-table5", out=str(tmp_path / "f"))) == 2
     assert reproduce.main(args(None)) == 2
+
+
+def test_default_out():
+    """A full run from the checkout writes where the committed results live; a --quick run,
+    and any run of an installed package, results/<paper>/ under the working folder."""
+    assert reproduce.default_out("srfca", quick=False) == RESULTS / "srfca"
+    assert reproduce.default_out("srfca", quick=True) == Path("results", "srfca")
+    assert reproduce.checkout() == ROOT
+    assert reproduce.load_spec("srfca-table5")["path"] == "fedclust_jax/studies/srfca/table5.toml"
+
+
+def test_results_of_a_larger_run_and_foreign_files_are_kept(tmp_path, monkeypatch, capsys):
+    """srfca-table5's committed results (5 seeds, full size) copied to --out: a --quick run
+    and a full run of fewer seeds write table5-1.md / .json beside them and say so before
+    they start; a run as large replaces them, and so does --overwrite; a .md that reproduce
+    did not write is kept. The rows are the committed ones (the files are the subject)."""
+    record = json.loads((RESULTS / "srfca" / "table5.json").read_text())
+    monkeypatch.setattr(reproduce, "run_table", lambda spec, quick, seeds, data_dir, progress: [
+        r for r in record["rows"] if r["seed"] in (seeds or ([0, 1] if quick else range(5)))])
+    out = tmp_path / "srfca"
+    shutil.copytree(RESULTS / "srfca", out)
+    committed = snapshot(out)
+
+    def run(**kw):
+        code = reproduce.main(args("srfca-table5", out=str(out), **kw))
+        return code, capsys.readouterr().err
+
+    code, err = run()
+    assert code == 0 and snapshot(out).items() >= committed.items()
+    assert (f"{out / 'table5'}.md and .json hold the results of a larger run (full, 5 seed(s)); "
+            f"they are kept and this run writes {out / 'table5-1.md'} and table5-1.json") in err
+    assert f"wrote {out / 'table5-1.md'} and table5-1.json" in err
+    assert json.loads((out / "table5-1.json").read_text())["quick"]
+    code, err = run(quick=False, seeds=[0])        # larger than --quick: replaces table5-1
+    assert code == 0 and snapshot(out).items() >= committed.items() and "table5-1.md" in err
+    assert not (out / "table5-2.md").exists()
+    assert not json.loads((out / "table5-1.json").read_text())["quick"]
+    code, err = run(quick=False)                   # as large as the committed run
+    assert code == 0 and "kept" not in err and f"wrote {out / 'table5.md'}" in err
+    assert json.loads((out / "table5.json").read_text())["rows"] == record["rows"]
+    code, err = run(overwrite=True)                # --quick over the full run
+    assert code == 0 and f"wrote {out / 'table5.md'}" in err
+    assert json.loads((out / "table5.json").read_text())["quick"]
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "table5.md").write_text("my notes\n")
+    assert reproduce.main(args("srfca-table5", out=str(foreign))) == 0
+    assert (foreign / "table5.md").read_text() == "my notes\n"
+    assert "table5.md and .json were not written by reproduce" in capsys.readouterr().err
+    assert (foreign / "table5-1.md").exists() and not (foreign / "table5.json").exists()

@@ -1,4 +1,4 @@
-"""UIFCA Table 4.2 as a study (benchmarks/uifca/table42.toml): a row of the table equals
+"""UIFCA Table 4.2 as a study (fedclust_jax/studies/uifca/table42.toml): a row of the table equals
 `fedclust-jax run` with its settings and seed, and the oracle start trains each flow on
 its own digit (CI size: the bundled 8x8 digits)."""
 
