@@ -38,7 +38,7 @@ from fedclust_jax.models.registry import MODELS, build_model
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
     """One run: dataset (name and builder parameters), model (None = the model the dataset's
-    paper trains, ``presets.DATASET_DEFAULTS``; linear / MLP where it has none), algorithm (name and
+    paper trains, as the dataset declares (``data.defaults``); linear / MLP where it has none), algorithm (name and
     flat parameters), rounds, seed and random restarts.
 
     rounds_per_chunk: rounds compiled into one ``lax.scan`` (None: chosen from measured

@@ -1,18 +1,25 @@
 """Adding your own algorithm, dataset or model: once registered, a name works everywhere a
-built-in one does (``run``, ``compare``, ``sweep``, study files, ``list``, restarts,
-curves, checkpoints, device meshes, plots).
+built-in one does (``run``, ``compare``, ``sweep``, study files, ``list``, ``--dataset``,
+restarts, curves, checkpoints, device meshes, plots). The built-ins go through the same
+three calls.
 
-    register_algorithm(name, algorithm_cls, config_cls, help="...")
+    register_algorithm(name, algorithm_cls, config_cls, help="...", build=None)
         algorithm_cls subclasses ``fedclust_jax.algorithms.base.Algorithm`` and is built as
         ``algorithm_cls(model, config)``; config_cls is a frozen dataclass whose fields are
         the parameters (a field ``local: LocalTraining`` brings steps, lr, batch_size,
         optimizer, ...; ``TRACED``, a tuple of field names, lists those a sweep may vmap).
-    register_dataset(name, builder, help="...")
+    register_dataset(name, builder, help="...", defaults=None)
         builder(key, **params) -> FederatedData; its keyword parameters (with defaults and
-        annotations) become ``--data KEY=VALUE`` / ``[data]``.
-    register_model(name, builder)
+        annotations) become ``--data KEY=VALUE`` / ``[data]``; ``defaults`` (or
+        ``@paper_defaults(...)`` on the builder) is what ``--dataset NAME`` runs.
+    register_model(name, builder, help="...")
         builder(data, **params) -> ``models.base.Model`` (``models.base.from_nnx`` wraps a
         Flax NNX module); its keyword parameters become ``--model-arg`` / ``[model_args]``.
+
+What describes a name lives beside it: the one-line help is ``help`` or the first sentence
+of the builder's (algorithm class's) docstring, and each parameter's meaning is its entry
+``name: meaning`` in the docstring of the builder or of the config class (the convention of
+``fedclust_jax.describe``); ``fedclust-jax list NAME`` shows them.
 
 A name already taken is refused (``replace=True`` replaces it). Registration lasts for the
 Python process: the CLI takes ``--plugin FILE.py`` (or the ``FEDCLUST_PLUGINS`` variable,
@@ -43,11 +50,17 @@ def _check_name(kind: str, name, table: dict, replace: bool):
 
 
 def register_algorithm(name: str, algorithm_cls, config_cls, *, help: str = "",
-                       replace: bool = False):
+                       build: Callable | None = None, replace: bool = False):
     """Registers ``algorithm_cls`` (an ``Algorithm`` subclass, built as
-    ``algorithm_cls(model, config_cls(**params))``) under ``name``; returns ``algorithm_cls``."""
+    ``algorithm_cls(model, config_cls(**params))``) under ``name``; returns ``algorithm_cls``.
+
+    help: the one-line help (default: the first sentence of ``algorithm_cls``'s
+    docstring); parameter meanings come from ``config_cls``'s
+    docstring (``fedclust_jax.describe``). build: ``build(model, config, data) ->
+    algorithm`` for an algorithm that needs the data to be made (default:
+    ``algorithm_cls(model, config)``)."""
     from fedclust_jax.algorithms.base import Algorithm
-    from fedclust_jax.algorithms.registry import ALGORITHM_HELP, ALGORITHMS, make_config
+    from fedclust_jax.algorithms.registry import ALGORITHMS, make_config
     _check_name("algorithm", name, ALGORITHMS, replace)
     if not (inspect.isclass(algorithm_cls) and Algorithm in algorithm_cls.__mro__):
         raise ValueError(f"algorithm {name!r}: {algorithm_cls!r} must be a class that subclasses "
@@ -61,38 +74,70 @@ def register_algorithm(name: str, algorithm_cls, config_cls, *, help: str = "",
             and config_cls.__dataclass_params__.frozen):
         raise ValueError(f"algorithm {name!r}: the config {config_cls!r} must be a frozen "
                          "dataclass (@dataclasses.dataclass(frozen=True))")
+    if build is not None and not callable(build):
+        raise ValueError(f"algorithm {name!r}: build must be a function "
+                         "build(model, config, data) -> algorithm")
 
-    def build(model, params, data):
-        return algorithm_cls(model, make_config(config_cls, params, name))
+    def factory(model, params, data):
+        cfg = make_config(config_cls, params, name)
+        return algorithm_cls(model, cfg) if build is None else build(model, cfg, data)
 
-    build.config_cls = config_cls
-    ALGORITHMS[name] = build
-    ALGORITHM_HELP[name] = help or (algorithm_cls.__doc__ or name).strip().splitlines()[0]
+    factory.config_cls, factory.algorithm_cls = config_cls, algorithm_cls
+    ALGORITHMS[name] = factory
+    ALGORITHMS.help[name] = _help("algorithm", name, help, algorithm_cls)
     return algorithm_cls
 
 
-def register_dataset(name: str, builder: Callable, *, help: str = "", replace: bool = False):
-    """Registers ``builder(key, **params) -> FederatedData`` under ``name``; returns it."""
+def register_dataset(name: str, builder: Callable, *, help: str = "", defaults=None,
+                     replace: bool = False):
+    """Registers ``builder(key, **params) -> FederatedData`` under ``name``; returns it.
+
+    help: the one-line help (default: the first sentence of the builder's docstring);
+    parameter meanings come from the builder's docstring (``fedclust_jax.describe``).
+    defaults: a ``DatasetDefaults`` (what ``--dataset NAME`` runs; default: the one
+    ``@paper_defaults`` declared on the builder, else the builder's own parameters with
+    FedAvg and Local)."""
+    from fedclust_jax.data.defaults import DatasetDefaults
     from fedclust_jax.data.registry import DATASETS
     _check_name("dataset", name, DATASETS, replace)
     if not callable(builder) or next(iter(inspect.signature(builder).parameters), None) != "key":
         raise ValueError(f"dataset {name!r}: the builder must be a function whose first "
                          "parameter is `key` (builder(key, **params) -> FederatedData)")
-    if help:
-        builder.__doc__ = help
+    defaults = defaults if defaults is not None else getattr(builder, "paper_defaults", None)
+    if defaults is not None and not isinstance(defaults, DatasetDefaults):
+        raise ValueError(f"dataset {name!r}: defaults must be a "
+                         f"fedclust_jax.DatasetDefaults, got {type(defaults).__name__}")
+    text = _help("dataset", name, help, builder)
     DATASETS[name] = builder
+    DATASETS.help[name], DATASETS.defaults[name] = text, defaults
     return builder
 
 
-def register_model(name: str, builder: Callable, *, replace: bool = False):
-    """Registers ``builder(data, **params) -> Model`` under ``name``; returns it."""
+def register_model(name: str, builder: Callable, *, help: str = "", replace: bool = False):
+    """Registers ``builder(data, **params) -> Model`` under ``name``; returns it.
+
+    help: the one-line help (default: the first sentence of the builder's docstring);
+    parameter meanings come from the builder's docstring (``fedclust_jax.describe``)."""
     from fedclust_jax.models.registry import MODELS
     _check_name("model", name, MODELS, replace)
     if not callable(builder) or next(iter(inspect.signature(builder).parameters), None) != "data":
         raise ValueError(f"model {name!r}: the builder must be a function whose first "
                          "parameter is `data` (builder(data, **params) -> Model)")
+    text = _help("model", name, help, builder)
     MODELS[name] = builder
+    MODELS.help[name] = text
     return builder
+
+
+def _help(kind: str, name: str, given: str, owner) -> str:
+    """The one-line help: ``given``, else the first sentence of ``owner``'s docstring;
+    ValueError when there is neither."""
+    from fedclust_jax.describe import summary
+    text = " ".join(str(given).split()) if given else summary(getattr(owner, "__doc__", None))
+    if not text:
+        raise ValueError(f"{kind} {name!r}: give help=\"one line\" or a docstring whose first "
+                         f"sentence says what it is")
+    return text
 
 
 def load_plugins(paths) -> list[str]:
