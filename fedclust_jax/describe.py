@@ -67,6 +67,9 @@ def undescribed(doc: str | None, names) -> list[str]:
     return [n for n in names if n not in found]
 
 
+NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
+
+
 class Registry(dict):
     """name -> builder, filled by the ``register_*`` calls, with what each name declares
     about itself: ``help[name]`` (one line) and ``defaults[name]`` (a dataset's
@@ -75,6 +78,24 @@ class Registry(dict):
     def __init__(self, kind: str):
         super().__init__()
         self.kind, self.help, self.defaults = kind, {}, {}
+
+    def check_name(self, name, replace: bool) -> None:
+        """ValueError unless ``name`` is a new (or, with ``replace``, any) valid name."""
+        if not isinstance(name, str) or not NAME.match(name):
+            raise ValueError(f"{self.kind} name must be lower-case letters, digits, '-' or '_' "
+                             f"(starting with a letter), got {name!r}")
+        if name in self and not replace:
+            raise ValueError(f"{self.kind} {name!r} is already registered; choose another name "
+                             "or pass replace=True")
+
+    def help_for(self, name: str, given: str, owner) -> str:
+        """The one-line help: ``given``, else the first sentence of ``owner``'s docstring;
+        ValueError when there is neither."""
+        text = " ".join(str(given).split()) if given else summary(getattr(owner, "__doc__", None))
+        if not text:
+            raise ValueError(f"{self.kind} {name!r}: give help=\"one line\" or a docstring "
+                             "whose first sentence says what it is")
+        return text
 
     def __delitem__(self, name):
         super().__delitem__(name)

@@ -1,7 +1,7 @@
 """Named algorithms: name -> factory(model, params, data) -> algorithm object.
 
-Every algorithm, built-in or a user's, is registered through
-``fedclust_jax.register_algorithm``; what describes it lives beside it (the algorithm
+Every algorithm, built-in or a user's, is registered through ``register_algorithm`` (the
+public ``fedclust_jax.register_algorithm``); what describes it lives beside it (the algorithm
 class's docstring, its config class's docstring for the parameters).
 
 ``params`` is a flat dict: keys of ``LocalTraining`` (steps, lr, batch_size, optimizer,
@@ -12,12 +12,52 @@ config dataclass. Unknown keys are errors that list the accepted ones.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import typing
+from typing import Callable
 
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.describe import Registry, meanings
 
 ALGORITHMS = Registry("algorithm")
+
+
+def register_algorithm(name: str, algorithm_cls, config_cls, *, help: str = "",
+                       build: Callable | None = None, replace: bool = False):
+    """Registers ``algorithm_cls`` (an ``Algorithm`` subclass, built as
+    ``algorithm_cls(model, config_cls(**params))``) under ``name``; returns ``algorithm_cls``.
+
+    help: the one-line help (default: the first sentence of ``algorithm_cls``'s
+    docstring); parameter meanings come from ``config_cls``'s docstring
+    (``fedclust_jax.describe``). build: ``build(model, config, data) -> algorithm`` for an
+    algorithm that needs the data to be made (default: ``algorithm_cls(model, config)``)."""
+    from fedclust_jax.algorithms.base import Algorithm
+    ALGORITHMS.check_name(name, replace)
+    if not (inspect.isclass(algorithm_cls) and Algorithm in algorithm_cls.__mro__):
+        raise ValueError(f"algorithm {name!r}: {algorithm_cls!r} must be a class that subclasses "
+                         "fedclust_jax.algorithms.base.Algorithm")
+    missing = [m for m in ("init", "round", "evaluate", "objective")
+               if getattr(algorithm_cls, m) is getattr(Algorithm, m)]
+    if missing:
+        raise ValueError(f"algorithm {name!r}: {algorithm_cls.__name__} does not define "
+                         f"{', '.join(missing)} (required by the Algorithm protocol)")
+    if not (dataclasses.is_dataclass(config_cls) and inspect.isclass(config_cls)
+            and config_cls.__dataclass_params__.frozen):
+        raise ValueError(f"algorithm {name!r}: the config {config_cls!r} must be a frozen "
+                         "dataclass (@dataclasses.dataclass(frozen=True))")
+    if build is not None and not callable(build):
+        raise ValueError(f"algorithm {name!r}: build must be a function "
+                         "build(model, config, data) -> algorithm")
+    text = ALGORITHMS.help_for(name, help, algorithm_cls)
+
+    def factory(model, params, data):
+        cfg = make_config(config_cls, params, name)
+        return algorithm_cls(model, cfg) if build is None else build(model, cfg, data)
+
+    factory.config_cls, factory.algorithm_cls = config_cls, algorithm_cls
+    ALGORITHMS[name] = factory
+    ALGORITHMS.help[name] = text
+    return algorithm_cls
 LOCAL_KEYS = tuple(f.name for f in dataclasses.fields(LocalTraining))
 
 
@@ -110,7 +150,6 @@ def _register_builtins():
         "brifca", "cfl", "clustergan", "ditto", "fc", "fedavg", "fedsoft", "ifca", "kfed",
         "knn_per", "local", "local_kmeans", "mc", "myopic", "oneshot_ifca", "oneshot_kmeans",
         "oracle", "srfca", "three_stage", "uifca"))
-    from fedclust_jax.registration import register_algorithm
     for name, cls, config in (
             # IFCA paper: IFCA and its baselines
             ("fedavg", fedavg.FedAvg, fedavg.FedAvgConfig),

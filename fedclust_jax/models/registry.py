@@ -1,13 +1,15 @@
 """Named models: name -> builder(data, **params) -> Model, shapes defaulted from the data.
 
-Every model, built-in or a user's, is registered through ``fedclust_jax.register_model``;
+Every model, built-in or a user's, is registered through ``register_model`` (the public
+``fedclust_jax.register_model``);
 its help and parameter meanings are its builder's docstring (``fedclust_jax.describe``).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 from fedclust_jax.describe import Registry
 from fedclust_jax.models.cnn import cifar_cnn_for, femnist_cnn_for
@@ -19,6 +21,21 @@ from fedclust_jax.models.resnet9 import resnet9_for
 
 MODELS = Registry("model")
 DEFAULT_MODEL = {"regression": "linear", "classification": "mlp"}
+
+
+def register_model(name: str, builder: Callable, *, help: str = "", replace: bool = False):
+    """Registers ``builder(data, **params) -> Model`` under ``name``; returns it.
+
+    help: the one-line help (default: the first sentence of the builder's docstring);
+    parameter meanings come from the builder's docstring (``fedclust_jax.describe``)."""
+    MODELS.check_name(name, replace)
+    if not callable(builder) or next(iter(inspect.signature(builder).parameters), None) != "data":
+        raise ValueError(f"model {name!r}: the builder must be a function whose first "
+                         "parameter is `data` (builder(data, **params) -> Model)")
+    text = MODELS.help_for(name, help, builder)
+    MODELS[name] = builder
+    MODELS.help[name] = text
+    return builder
 
 
 def linear_for(data, init: str = "bernoulli", init_scale: float = 1.0):
@@ -84,7 +101,6 @@ def build_model(name: str | None, data, **params):
 
 
 def _register_builtins():
-    from fedclust_jax.registration import register_model
     for name, builder in (("linear", linear_for), ("mlp", mlp_for),
                           ("affine-flow", affine_flow_for), ("real-nvp", real_nvp_for),
                           ("femnist-cnn", femnist_cnn_for), ("cifar-cnn", cifar_cnn_for),
