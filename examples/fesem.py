@@ -39,7 +39,7 @@ from fedclust_jax.core.train import LocalTraining, local_train
 class FeSEMConfig:
     """num_clusters: K centres; local: every client's training from its centre (steps, lr,
     batch_size, optimizer, ...; a sweep may trace lr); chunk: clients per vectorized chunk
-    ("auto": per backend; None: all at once)."""
+    ("auto": chosen per backend, None: all at once)."""
 
     num_clusters: int = 2
     local: LocalTraining = LocalTraining()

@@ -38,8 +38,10 @@ class ResMLP(nnx.Module):
 
 
 def resmlp(data, width: int = 32, depth: int = 2):
-    """The model sized for ``data``: inputs from its feature shape, outputs its classes
-    (or 1 for regression). width: hidden units; depth: residual blocks."""
+    """A residual MLP sized for ``data``: inputs from its feature shape, outputs its
+    classes (or 1 for regression).
+
+    width: hidden units; depth: residual blocks."""
     if width < 1 or depth < 0:
         raise ValueError(f"resmlp needs width >= 1 and depth >= 0, got {width}, {depth}")
     d_in = math.prod(data.feature_shape)

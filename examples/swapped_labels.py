@@ -11,15 +11,22 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from fedclust_jax import register_dataset
+from fedclust_jax import paper_defaults, register_dataset
 from fedclust_jax.data.federated import from_client_lists
 
 
+@paper_defaults(model="mlp", model_args={"hidden": [16]}, rounds=20,
+                training={"lr": 0.1, "steps": 5},
+                algorithms={"fedavg": {}, "ifca": {"num_clusters": 2}, "oracle": {}},
+                source="this example's own settings (no paper)")
 def swapped_labels(key, num_clients: int = 20, samples_per_client: int = 40,
                    test_samples_per_client: int = 20, separation: float = 2.0):
-    """num_clients: N clients, half in each cluster; samples_per_client /
-    test_samples_per_client: points per client; separation: distance of the two class
-    means from the origin."""
+    """Two Gaussian blobs, labels swapped in cluster 1.
+
+    num_clients: N clients, half in each cluster;
+    samples_per_client: training points per client;
+    test_samples_per_client: test points per client;
+    separation: distance of the two class means from the origin."""
     if num_clients < 2 or samples_per_client < 1 or test_samples_per_client < 1:
         raise ValueError("swapped-labels needs num_clients >= 2 and at least one train and one "
                          "test point per client")

@@ -1,20 +1,25 @@
 """fedclust_jax: a JAX simulator of clustered and Byzantine-robust federated learning.
 
-Public extension API (``fedclust_jax.registration``): ``register_algorithm``,
-``register_dataset``, ``register_model``; imported on first use, so ``import fedclust_jax``
-stays cheap.
+Public extension API: ``register_algorithm``, ``register_dataset``, ``register_model``
+(``fedclust_jax.registration``) and a dataset's ``paper_defaults`` / ``DatasetDefaults``
+(``fedclust_jax.data.defaults``); imported on first use, so ``import fedclust_jax`` stays
+cheap.
 """
 
 __version__ = "0.1.0"
 
 _REGISTRATION = ("register_algorithm", "register_dataset", "register_model")
+_DEFAULTS = ("paper_defaults", "DatasetDefaults")
 
 
 def __getattr__(name):
     if name in _REGISTRATION:
         from fedclust_jax import registration
         return getattr(registration, name)
+    if name in _DEFAULTS:
+        from fedclust_jax.data import defaults
+        return getattr(defaults, name)
     raise AttributeError(f"module 'fedclust_jax' has no attribute {name!r}")
 
 
-__all__ = ["__version__", *_REGISTRATION]
+__all__ = ["__version__", *_REGISTRATION, *_DEFAULTS]

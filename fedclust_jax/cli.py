@@ -187,8 +187,8 @@ def add_common(p: argparse.ArgumentParser):
     g = p.add_argument_group("what to run")
     g.add_argument("--preset", choices=sorted(PRESETS), help=f"named study (default {DEFAULT_PRESET})")
     g.add_argument("--config", help="study file (.json or .toml); replaces the preset")
-    g.add_argument("--dataset", help="dataset name (see `fedclust-jax list`); brings its paper's model and "
-                                     "settings (fedclust_jax/presets.py), not the preset's")
+    g.add_argument("--dataset", help="dataset name (see `fedclust-jax list`); brings the model and "
+                                     "settings it declares (`fedclust-jax list NAME`), not the preset's")
     g.add_argument("--data", action="append", metavar="KEY=VALUE", help="dataset parameter (repeatable), e.g. --data num_clients=400")
     g.add_argument("--data-dir", help="directory holding downloaded datasets (else $FEDCLUST_DATA)")
     g.add_argument("--model", help="model name (default: the dataset's paper model, see `fedclust-jax list DATASET`)")
@@ -312,76 +312,39 @@ def _param_lines(fields: dict, docs: dict) -> list[str]:
     return out
 
 
-def _first_sentence(doc: str | None) -> str:
-    doc = " ".join((doc or "").split())
-    return doc.split(". ")[0].rstrip(".") if doc else ""
+def _meaning_lines(fields: dict, docs: dict, owner: str) -> list[str]:
+    """The parameter table; an undescribed parameter says where its meaning belongs."""
+    missing = [k for k in fields if not docs.get(k)]
+    docs = {**docs, **{k: "(undescribed)" for k in missing}}
+    lines = _param_lines(fields, docs)
+    if missing:
+        lines.append(f"  undescribed: {', '.join(missing)}: add `name: meaning` entries to "
+                     f"{owner}'s docstring")
+    return lines
 
 
 def describe_algorithm(name: str) -> str:
-    from fedclust_jax.algorithms.registry import ALGORITHM_HELP, field_docs, param_fields
+    from fedclust_jax.algorithms.registry import field_docs, param_fields
     cls = ALGORITHMS[name].config_cls
-    lines = [f"algorithm {name}: {ALGORITHM_HELP.get(name, '')}",
+    lines = [f"algorithm {name}: {ALGORITHMS.help.get(name, '')}",
              f"  set with --set KEY=VALUE (or --set {name}.KEY=VALUE), or in a study file"]
-    lines += _param_lines(param_fields(cls), field_docs(cls))
+    lines += _meaning_lines(param_fields(cls), field_docs(cls), cls.__qualname__)
     lines.append("  also: restarts (random initialisations, best training objective reported), "
                  "rounds (per algorithm in a study file)")
     return "\n".join(lines)
 
 
-DATA_HELP = {
-    "num_clients": "number of clients m (none: all the data's natural clients)",
-    "num_clusters": "number of true clusters k",
-    "n": "training examples per client", "n_test": "test examples per client",
-    "samples_per_client": "training examples per client",
-    "test_samples_per_client": "test examples per client",
-    "dim": "feature dimension d", "noise_std": "label / feature noise standard deviation",
-    "noise_var": "label noise variance sigma^2",
-    "separation": "cluster separation (R)", "scaling": "how separation scales theta*: norm or multiply",
-    "num_classes": "number of classes", "class_separation": "norm of the class centres",
-    "points_per_client": "points per client", "heterogeneity": "fraction p of a client's points "
-    "from its own cluster", "clients_per_cluster": "clients in each cluster",
-    "task": "rotation or label (private label shift)", "num_chunks": "chunks each cluster's set is cut into",
-    "keep_chunks": "chunks kept per cluster (clients per cluster)", "byz_frac": "fraction of Byzantine machines",
-    "byz_norm": "norm of the Byzantine machines' parameters", "test_fraction": "share held out for testing",
-    "train_fraction": "share of each speaker's windows used for training", "gap": "windows skipped between train and test",
-    "subdir": "LEAF folder inside the data folder", "pixel_range": "unit ([0, 1], 1 - x) or byte (0..255, 255 - x)",
-    "dataset": "source set: digits, mnist, fashion_mnist, cifar10 or emnist",
-    "alpha": "Dirichlet concentration (smaller: more label skew)", "num_points": "number of points (clients)",
-    "std": "blob standard deviation", "center_seed": "seed of the blob centres",
-    "subspace_dim": "dimension of each cluster's subspace", "coef_std": "std of the subspace coefficients",
-    "jitter": "noise added off the subspace",
-    "views": "keep one shared image pool plus per-client indices (false: materialise every "
-             "client's arrays)",
-    "replace": "clients draw their n examples from the pool with replacement (any number of "
-               "clients)",
-    "digits": "the digits used (rotated: the first; digits: one cluster each)",
-    "digit": "the digit whose rotations are the clusters",
-    "fill": "points per client as a fraction of the smallest cluster's pool",
-    "random_background": "pixels below 0.01 replaced by uniform noise (UIFCA Table 4.2's RB)",
-    "pca": "project the representations on their top d principal components (0: none)",
-    "epochs": "RotNet pretraining epochs", "pretrain_images": "MNIST test images RotNet is pretrained on",
-    "pretrain_seed": "seed of RotNet's pretraining", "cache_dir": "folder caching RotNet's params ('' : none)",
-    "max_train": "training windows kept per speaker (none: all)",
-    "max_test": "test windows kept per speaker (none: all)",
-    "pool": "one client holding every chosen speaker's windows (a centralised run)",
-    "length": "characters per window",
-}
-
-
 def describe_dataset(name: str) -> str:
     from fedclust_jax.config_check import signature_fields
-    from fedclust_jax.data.registry import DATASETS as BUILDERS
+    from fedclust_jax.data.registry import DATASETS
     from fedclust_jax.data.sources import ENV_VAR, resolve_data_dir
-    from fedclust_jax.presets import DATASET_DEFAULTS as DEFAULTS
-    fn = BUILDERS[name]
+    from fedclust_jax.describe import meanings
+    from fedclust_jax.presets import dataset_defaults
+    fn = DATASETS[name]
     fields, _ = signature_fields(fn)
-    docs = {k: DATA_HELP.get(k, "") for k in fields}
-    docs.update({"data_dir": f"folder holding the files (else ${ENV_VAR})",
-                 "source": "auto (local files, then TFDS), local or tfds",
-                 "download": "let TFDS download when the network allows"})
-    lines = [f"dataset {name}: {_clip(_first_sentence(fn.__doc__), 200)}",
+    lines = [f"dataset {name}: {_clip(DATASETS.help.get(name, ''), 200)}",
              "  parameters (--data KEY=VALUE):"]
-    lines += _param_lines(fields, docs)
+    lines += _meaning_lines(fields, meanings(fn.__doc__, fields), fn.__qualname__)
     if "data_dir" in fields:
         root = resolve_data_dir(None)
         where = (f"${ENV_VAR} = {root}" if root is not None else f"${ENV_VAR} is unset")
@@ -389,41 +352,34 @@ def describe_dataset(name: str) -> str:
                      f"<root>/<name>/ then <root>/; see fedclust_jax/data/sources.py")
     else:
         lines.append("  no files needed (generated, or bundled with scikit-learn)")
-    entry = DEFAULTS.get(name, {})
-    if "unsupported" in entry:
-        lines.append(f"  not for run/compare: {entry['unsupported']}")
-    elif entry:
-        lines.append(f"  defaults with --dataset {name}: model {entry['model'] or '(task default)'}"
-                     + (f" {entry['model_args']}" if entry["model_args"] else "")
-                     + f", rounds {entry['rounds']}, data {entry['data'] or '(builder defaults)'}")
-        lines.append(f"    training (every algorithm that takes it): {entry['training']}")
-        for alg, params in entry["algorithms"].items():
-            lines.append(f"    {alg}: {params or '(training settings only)'}")
-        lines.append(f"    source: {entry['source']}")
+    entry = dataset_defaults(name)
+    if entry.unsupported:
+        lines.append(f"  not for run/compare: {entry.unsupported}")
+        return "\n".join(lines)
+    lines.append(f"  defaults with --dataset {name}: model {entry.model or '(task default)'}"
+                 + (f" {entry.model_args}" if entry.model_args else "")
+                 + f", rounds {entry.rounds}, data {entry.data or '(builder defaults)'}")
+    lines.append(f"    training (every algorithm that takes it): {entry.training or '(none)'}")
+    for alg, params in entry.algorithms.items():
+        lines.append(f"    {alg}: {params or '(training settings only)'}")
+    lines.append(f"    source: {entry.source}")
     return "\n".join(lines)
 
 
-MODEL_HELP = {"hidden": "hidden layer widths (the input and output sizes come from the data)",
-              "init": "initial theta: bernoulli (IFCA's Bernoulli(0.5)^d) or another of "
-                      "fedclust_jax.models.linear's inits",
-              "init_scale": "scale of the initial theta", "crop": "random crop size (none: no crop)",
-              "variant": "ResNet9 variant", "width": "channels of the first block",
-              "embed": "character embedding size", "layers": "stacked LSTM layers"}
-
-
 def describe_model(name: str) -> str:
-    from fedclust_jax.registry_check import model_fields
+    from fedclust_jax.describe import meanings
     from fedclust_jax.models.registry import MODELS
+    from fedclust_jax.registry_check import model_fields
     fn = MODELS[name]
-    fields, var_kw = model_fields(name)
-    lines = [f"model {name}: {_clip(_first_sentence(fn.__doc__) or 'sized from the data', 200)}",
+    fields, _ = model_fields(name)
+    lines = [f"model {name}: {_clip(MODELS.help.get(name, ''), 200)}",
              "  parameters (--model-arg KEY=VALUE):"]
-    lines += _param_lines(fields, MODEL_HELP) if fields else ["  (none)"]
+    lines += (_meaning_lines(fields, meanings(fn.__doc__, fields), fn.__qualname__)
+              if fields else ["  (none)"])
     return "\n".join(lines)
 
 
 def list_everything(name: str | None = None) -> str:
-    from fedclust_jax.algorithms.registry import ALGORITHM_HELP
     from fedclust_jax.data.registry import DATASETS
     from fedclust_jax.models.registry import MODELS
     if name is not None:
@@ -440,18 +396,14 @@ def list_everything(name: str | None = None) -> str:
         raise ValueError(f"nothing called {name!r}; `fedclust-jax list` shows the algorithms, "
                          "datasets, models and presets")
     lines = ["datasets (`list NAME` for parameters and defaults):"]
-    from fedclust_jax.presets import DATASET_DEFAULTS as DEFAULTS
-    for n, fn in sorted(DATASETS.items()):
-        lines.append(f"  {n:24s} {_clip(_first_sentence(fn.__doc__), 90)}")
+    lines += [f"  {n:24s} {_clip(DATASETS.help.get(n, ''), 90)}" for n in sorted(DATASETS)]
     lines.append("models:")
-    for n in sorted(MODELS):
-        lines.append(f"  {n}")
+    lines += [f"  {n:24s} {_clip(MODELS.help.get(n, ''), 90)}" for n in sorted(MODELS)]
     lines.append("algorithms (`list NAME` for parameters, defaults, types and meanings):")
-    for n in sorted(ALGORITHMS):
-        lines.append(f"  {n:24s} {ALGORITHM_HELP.get(n, '')}")
+    lines += [f"  {n:24s} {_clip(ALGORITHMS.help.get(n, ''), 90)}" for n in sorted(ALGORITHMS)]
     lines.append("presets:")
     for n, ds in sorted(PRESETS.items()):
-        lines.append(f"  {n:24s} {ds}: {', '.join(DEFAULTS[ds]['algorithms'])}")
+        lines.append(f"  {n:24s} {ds}: {', '.join(preset(n)['algorithms'])}")
     return "\n".join(lines)
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from fedclust_jax import checkpoint as ckpt
 from fedclust_jax import config_check, registry_check
 from fedclust_jax import loop, metrics
+from fedclust_jax.contract import check_algorithm
 from fedclust_jax.loop import (curve_rounds, curves_from_records, eval_record, eval_spec,  # noqa: F401
                                scan_rounds, split_history)
 from fedclust_jax.presets import default_model
@@ -38,7 +39,7 @@ from fedclust_jax.models.registry import MODELS, build_model
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
     """One run: dataset (name and builder parameters), model (None = the model the dataset's
-    paper trains, ``presets.DATASET_DEFAULTS``; linear / MLP where it has none), algorithm (name and
+    paper trains, as the dataset declares (``data.defaults``); linear / MLP where it has none), algorithm (name and
     flat parameters), rounds, seed and random restarts.
 
     rounds_per_chunk: rounds compiled into one ``lax.scan`` (None: chosen from measured
@@ -162,13 +163,12 @@ def summarize(alg, evaluation: dict, data) -> dict:
     ev = {k: v if k == "cluster_params" else np.asarray(v) for k, v in evaluation.items()}
     if "point_assign" in ev:    # algorithms that cluster points, not clients (UIFCA, k-FED)
         return point_summary(ev, data)
-    out = {"test_loss": metrics.client_mean(ev["test_loss"], data.count_test),
-           "assigned_test_loss": metrics.client_mean(ev["assigned_test_loss"], data.count_test)}
+    mean = lambda k: metrics.client_mean(ev[k], data.count_test) if k in ev else None
+    out = {"test_loss": mean("test_loss"), "assigned_test_loss": mean("assigned_test_loss")}
     if data.task == "classification":
-        out["test_acc"] = metrics.client_mean(ev["test_acc"], data.count_test)
-        out["assigned_test_acc"] = metrics.client_mean(ev["assigned_test_acc"], data.count_test)
+        out["test_acc"], out["assigned_test_acc"] = mean("test_acc"), mean("assigned_test_acc")
     clusters = alg.clusters_clients
-    assign = ev["assign"]
+    assign = ev.get("assign")
     out["num_clusters_found"] = int(len(np.unique(assign[assign >= 0]))) if clusters else None
     has_truth = data.num_true_clusters > 0 and clusters
     out["misclustering"] = metrics.misclustering(assign, data.cluster) if has_truth else None
@@ -303,6 +303,7 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
     alg = build_run_algorithm(cfg, data)
     alg, layout = resolve_layout(alg, data, restarts=cfg.restarts, devices=devices,
                                  memory_limit=memory_limit)
+    check_algorithm(alg, data)
     mesh, host_data, to_host = None, data, lambda tree: tree
     if devices is not None and devices > 1:  # -- sharding hook (core/sharding.py) --
         from fedclust_jax.core.sharding import client_mesh, shard_clients, to_host

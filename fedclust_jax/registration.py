@@ -1,18 +1,25 @@
 """Adding your own algorithm, dataset or model: once registered, a name works everywhere a
-built-in one does (``run``, ``compare``, ``sweep``, study files, ``list``, restarts,
-curves, checkpoints, device meshes, plots).
+built-in one does (``run``, ``compare``, ``sweep``, study files, ``list``, ``--dataset``,
+restarts, curves, checkpoints, device meshes, plots). The built-ins go through the same
+three calls.
 
-    register_algorithm(name, algorithm_cls, config_cls, help="...")
+    register_algorithm(name, algorithm_cls, config_cls, help="...", build=None)
         algorithm_cls subclasses ``fedclust_jax.algorithms.base.Algorithm`` and is built as
         ``algorithm_cls(model, config)``; config_cls is a frozen dataclass whose fields are
         the parameters (a field ``local: LocalTraining`` brings steps, lr, batch_size,
         optimizer, ...; ``TRACED``, a tuple of field names, lists those a sweep may vmap).
-    register_dataset(name, builder, help="...")
+    register_dataset(name, builder, help="...", defaults=None)
         builder(key, **params) -> FederatedData; its keyword parameters (with defaults and
-        annotations) become ``--data KEY=VALUE`` / ``[data]``.
-    register_model(name, builder)
+        annotations) become ``--data KEY=VALUE`` / ``[data]``; ``defaults`` (or
+        ``@paper_defaults(...)`` on the builder) is what ``--dataset NAME`` runs.
+    register_model(name, builder, help="...")
         builder(data, **params) -> ``models.base.Model`` (``models.base.from_nnx`` wraps a
         Flax NNX module); its keyword parameters become ``--model-arg`` / ``[model_args]``.
+
+What describes a name lives beside it: the one-line help is ``help`` or the first sentence
+of the builder's (algorithm class's) docstring, and each parameter's meaning is its entry
+``name: meaning`` in the docstring of the builder or of the config class (the convention of
+``fedclust_jax.describe``); ``fedclust-jax list NAME`` shows them.
 
 A name already taken is refused (``replace=True`` replaces it). Registration lasts for the
 Python process: the CLI takes ``--plugin FILE.py`` (or the ``FEDCLUST_PLUGINS`` variable,
@@ -22,77 +29,17 @@ anything. ``examples/`` holds one complete case of each.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
-import inspect
 import os
 import re
 import sys
-from typing import Callable
 
-NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
+from fedclust_jax.algorithms.registry import register_algorithm
+from fedclust_jax.data.registry import register_dataset
+from fedclust_jax.models.registry import register_model
 
-
-def _check_name(kind: str, name, table: dict, replace: bool):
-    if not isinstance(name, str) or not NAME.match(name):
-        raise ValueError(f"{kind} name must be lower-case letters, digits, '-' or '_' "
-                         f"(starting with a letter), got {name!r}")
-    if name in table and not replace:
-        raise ValueError(f"{kind} {name!r} is already registered; choose another name or pass "
-                         f"replace=True")
-
-
-def register_algorithm(name: str, algorithm_cls, config_cls, *, help: str = "",
-                       replace: bool = False):
-    """Registers ``algorithm_cls`` (an ``Algorithm`` subclass, built as
-    ``algorithm_cls(model, config_cls(**params))``) under ``name``; returns ``algorithm_cls``."""
-    from fedclust_jax.algorithms.base import Algorithm
-    from fedclust_jax.algorithms.registry import ALGORITHM_HELP, ALGORITHMS, make_config
-    _check_name("algorithm", name, ALGORITHMS, replace)
-    if not (inspect.isclass(algorithm_cls) and Algorithm in algorithm_cls.__mro__):
-        raise ValueError(f"algorithm {name!r}: {algorithm_cls!r} must be a class that subclasses "
-                         "fedclust_jax.algorithms.base.Algorithm")
-    missing = [m for m in ("init", "round", "evaluate", "objective")
-               if getattr(algorithm_cls, m) is getattr(Algorithm, m)]
-    if missing:
-        raise ValueError(f"algorithm {name!r}: {algorithm_cls.__name__} does not define "
-                         f"{', '.join(missing)} (required by the Algorithm protocol)")
-    if not (dataclasses.is_dataclass(config_cls) and inspect.isclass(config_cls)
-            and config_cls.__dataclass_params__.frozen):
-        raise ValueError(f"algorithm {name!r}: the config {config_cls!r} must be a frozen "
-                         "dataclass (@dataclasses.dataclass(frozen=True))")
-
-    def build(model, params, data):
-        return algorithm_cls(model, make_config(config_cls, params, name))
-
-    build.config_cls = config_cls
-    ALGORITHMS[name] = build
-    ALGORITHM_HELP[name] = help or (algorithm_cls.__doc__ or name).strip().splitlines()[0]
-    return algorithm_cls
-
-
-def register_dataset(name: str, builder: Callable, *, help: str = "", replace: bool = False):
-    """Registers ``builder(key, **params) -> FederatedData`` under ``name``; returns it."""
-    from fedclust_jax.data.registry import DATASETS
-    _check_name("dataset", name, DATASETS, replace)
-    if not callable(builder) or next(iter(inspect.signature(builder).parameters), None) != "key":
-        raise ValueError(f"dataset {name!r}: the builder must be a function whose first "
-                         "parameter is `key` (builder(key, **params) -> FederatedData)")
-    if help:
-        builder.__doc__ = help
-    DATASETS[name] = builder
-    return builder
-
-
-def register_model(name: str, builder: Callable, *, replace: bool = False):
-    """Registers ``builder(data, **params) -> Model`` under ``name``; returns it."""
-    from fedclust_jax.models.registry import MODELS
-    _check_name("model", name, MODELS, replace)
-    if not callable(builder) or next(iter(inspect.signature(builder).parameters), None) != "data":
-        raise ValueError(f"model {name!r}: the builder must be a function whose first "
-                         "parameter is `data` (builder(data, **params) -> Model)")
-    MODELS[name] = builder
-    return builder
+__all__ = ["register_algorithm", "register_dataset", "register_model", "load_plugins",
+           "env_plugins"]
 
 
 def load_plugins(paths) -> list[str]:

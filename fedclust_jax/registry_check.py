@@ -15,19 +15,10 @@ def check_data(dataset: str, params: dict) -> dict:
 
 
 def model_fields(model: str) -> tuple[dict, bool]:
-    """({name: (annotation, default)}, open-ended) of a registered model's parameters
-    (the wrapped builder's keywords where the registry entry forwards ``**params``)."""
+    """({name: (annotation, default)}, open-ended) of a registered model's parameters: its
+    builder's keywords (open-ended when it also takes ``**params``)."""
     from fedclust_jax.models.registry import MODELS
-    fields, var_kw = signature_fields(MODELS[model])
-    if var_kw and model == "linear":
-        from fedclust_jax.models.linear import linear_regression
-        fields.update(signature_fields(linear_regression, skip=("dim",))[0])
-        var_kw = False
-    elif var_kw and model == "mlp":
-        fields.update(signature_fields(__import__("fedclust_jax.models.mlp", fromlist=["mlp"]).mlp,
-                                       skip=("sizes", "task"))[0])
-        var_kw = False
-    return fields, var_kw
+    return signature_fields(MODELS[model])
 
 
 def check_model_args(model: str | None, args: dict) -> dict:

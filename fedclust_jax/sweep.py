@@ -48,6 +48,7 @@ import numpy as np
 from fedclust_jax import loop
 from fedclust_jax.algorithms import hparams
 from fedclust_jax.algorithms.registry import ALGORITHMS, accepted_params, effective_params
+from fedclust_jax.contract import check_algorithm
 from fedclust_jax.experiment import (build_run_algorithm, check_fits_data, effective_data,
                                      load_study_data, resolve_layout, stored_data,
                                      study_configs, summarize)
@@ -262,6 +263,7 @@ def run_group(g: int, group: dict, datas: dict, *, memory_limit=None, max_points
     data0 = point_data[0]
     alg = build_run_algorithm(cfg0, data0)
     alg, layout = resolve_layout(alg, data0, restarts=cfg0.restarts, memory_limit=memory_limit)
+    check_algorithm(alg, data0)
     unique = list({_data_key(cfg): datas[_data_key(cfg)] for _, _, cfg in items}.values())
     shared = _same(unique)
     n = len(items)

@@ -4,9 +4,10 @@
         ->  experiment, sweep, presets, registration  ->  cli (and __main__)
 
 A module may import its own layer or any layer below, never one above. metrics, progress
-(progress lines, chunk schedule) and config_check (typed conversion of values) import
-nothing of the package, so they sit at the bottom with data and models where every layer
-may use them; checkpoint gathers sharded states with ``core.sharding.to_host``, so it sits
+(progress lines, chunk schedule), config_check (typed conversion of values) and describe
+(what a registered thing says about itself, the registries' type) import nothing of the
+package, so they sit at the bottom with data and models where every layer may use them;
+contract (the Algorithm contract traced abstractly) sits at the algorithms' layer; checkpoint gathers sharded states with ``core.sharding.to_host``, so it sits
 at core's layer; loop (the pure round loop) only calls the algorithm it is given, so it
 sits at the algorithms' layer; presets, registration (user algorithms, datasets and
 models added to the registries), registry_check (parameters checked against the
@@ -24,6 +25,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "fedclust_jax"
 LAYERS = {"data": 0, "models": 0, "metrics": 0, "checkpoint": 1, "core": 1, "attacks": 2,
           "algorithms": 3, "loop": 3, "registration": 4, "reproduce": 4, "config_check": 0, "registry_check": 4, "experiment": 4, "presets": 4, "progress": 0,
           "results": 4, "sweep": 4, "plot": 4, "cli": 5, "__main__": 5, "hostdevices": 2, "__version__": 0,
+          "describe": 0, "contract": 3,
           "__init__": 5}
 
 

@@ -33,14 +33,23 @@ class Algorithm(typing.Protocol):
         cfg: a frozen dataclass (its fields are the algorithm's parameters)
         model: the model it trains (``models.base.Model``), or what ``rebuild`` needs
         init(key, data) -> state                    a pytree (``flax.struct.dataclass``)
-        round(state, key, data) -> (state, metrics) one communication round; metrics a dict
-                                                    of scalars or small arrays, recorded per round
-        evaluate(state, data) -> dict               per-client test_loss [N] (and test_acc,
-                                                    assigned_test_*, assign int32[N],
-                                                    cluster_params [K, ...]) or, for algorithms
-                                                    that cluster points, point_assign int32[N, n_max]
+        round(state, key, data) -> (state, metrics) one communication round: the state with
+                                                    init's tree, shapes and dtypes; metrics a
+                                                    dict {str: array} (scalars are curves and
+                                                    plot panels; ``{}`` when none)
+        evaluate(state, data) -> dict               see "evaluate's keys" below
         objective(state, data) -> float32 scalar    the training objective; the runner keeps the
                                                     restart with the lowest (no ground truth)
+
+    evaluate's keys (``contract.evaluation_keys``; the runner checks them before compiling):
+        every client algorithm: test_loss float[N]; on classification data also
+            test_acc float[N] (client i's score with the model it is judged by)
+        clusters_clients = True: also assign int[N] (client i's cluster, -1 = none)
+        clusters_points = True: point_assign int[N, n_max] instead (-1 on padding), and
+            optionally objective (a scalar)
+        optional: assigned_test_loss / assigned_test_acc float[N] (scored with model
+            assign[i], NaN where unassigned), cluster_params [K, ...] (the cluster models:
+            parameter error, ``Trained.predict``), client_params [N, ...] (personal models)
 
     Optional, with defaults:
         clusters_clients = False   evaluate's "assign" is a clustering of the clients (scored by
@@ -60,6 +69,9 @@ class Algorithm(typing.Protocol):
                                    loss pass (default 1; K for loss matrices, N for cross losses)
     The client layout: a config with a ``chunk`` field ("auto", None or a number) takes the
     runner's layout (``experiment.resolve_layout``); one without is run as written.
+    A registered algorithm's contract is traced with ``jax.eval_shape`` before its first
+    compile (``fedclust_jax.contract``): a state that changes across ``round``, metrics that
+    are not a dict of arrays or a missing evaluate key stop the run with one line.
     """
 
     name: ClassVar[str]

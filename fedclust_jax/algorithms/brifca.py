@@ -97,14 +97,22 @@ def project(params, radius):
 
 @dataclasses.dataclass(frozen=True)
 class BRIFCAConfig(ByzantineSetting):
-    """num_clusters: k; aggregator: "median" (option I), "trimmed_mean" (option II) or
-    another ``core.robust.RULES`` entry; trim_frac: beta; median: "mid" (paper) or "lower"
-    (code's torch.median); local: lr = gamma (code 0.01), batch_size None = full local loss;
-    step, init, projection_radius: see module docstring; init_radius: "near_truth"'s offset
-    norm; byz_frac: Byzantine fraction alpha;
-    attack / attack_scale / attack_std / attack_eps / attack_z / placement: see
-    ``fedclust_jax.attacks``; krum_frac, clip_tau, clip_iters, gm_iters: other rules'
-    settings; method: coordinate-wise sorting backend; chunk: clients per vectorized chunk;
+    """BR-IFCA's settings (the Byzantine fields are ``ByzantineSetting``'s).
+
+    num_clusters: number of cluster models k;
+    aggregator: "median" (option I), "trimmed_mean" (option II) or another
+    ``core.robust.RULES`` entry; trim_frac: beta, the fraction trimmed at each end;
+    median: "mid" (paper) or "lower" (the code's torch.median);
+    local: lr = gamma (code 0.01), batch_size None = full local loss;
+    step: server step, "paper" (theta - gamma agg) or "ifca" (scaled by |G_j| / m);
+    init: cluster models' start, "model", "unit_bernoulli" or "near_truth";
+    init_radius: "near_truth"'s offset norm;
+    projection_radius: radius of the ball each step is projected on (None: no projection);
+    krum_frac: fraction of uploads Krum treats as Byzantine; clip_tau: centered clipping's
+    radius tau; clip_iters: centered clipping's iterations; gm_iters: Weiszfeld iterations
+    of the geometric median; method: coordinate-wise sorting backend ("auto", "packed",
+    "masked" or "numpy"); chunk: clients per vectorized chunk ("auto": chosen per backend, None:
+    all at once);
     static: byz_frac (which clients are Byzantine, a count)."""
 
     num_clusters: int = 2
@@ -161,6 +169,8 @@ def check_population(cfg, num_clients: int):
 
 
 class BRIFCA(ScoresClusters, Algorithm):
+    """BR-IFCA (Tao et al.): IFCA option I with robust per-cluster aggregation, attacks."""
+
     name = "brifca"
     fused_end_of_run = True
     client_vectors = 1

@@ -108,6 +108,8 @@ def bipartition(sim: jax.Array, member: jax.Array) -> jax.Array:
 
 
 class CFL(Algorithm):
+    """CFL (Sattler et al.): recursive bipartition by cosine similarity of updates."""
+
     name = "cfl"
     client_vectors = 1
     pairwise_clients = True

@@ -77,8 +77,9 @@ GP_MIXES = ("per_sample", "per_batch")
 class ClusterGANConfig:
     """Defaults: the paper's MNIST ClusterGAN, [T]'s SGD lr 5e-3, and the round counts of the
     module docstring. num_clusters: K (>= 2; the one-hot z_c); noise_dim: dim of z_n;
-    noise_std: sigma; beta_n, beta_c: weights of the z_n and z_c recovery losses; gp_weight:
-    lambda; critic_steps: critic updates per generator update; comm_rounds: the
+    noise_std: sigma, the standard deviation of z_n; beta_n, beta_c: weights of the z_n and
+    z_c recovery losses; gp_weight: lambda, the weight of the critic's gradient penalty;
+    critic_steps: critic updates per generator update; comm_rounds: the
     setting's FedAvg rounds (for reference: a run's rounds are the runner's ``rounds``);
     local_steps: M generator updates per client per round; batch_size: B points per step;
     lr: step size;
@@ -239,7 +240,9 @@ def assign_points(nets: ClusterGANNets, encoder_params, x, count, *, eval_batch:
 
 
 class ClusterGAN(Algorithm):
-    """ClusterGAN + FedAvg over ``ClusterGANNets``; pure methods init / round / assign."""
+    """ClusterGAN + FedAvg: points clustered by the encoder (point datasets of images).
+
+    Over ``ClusterGANNets``; pure methods init / round / assign."""
 
     name = "clustergan"
     clusters_points = True

@@ -37,9 +37,10 @@ from fedclust_jax.core.keys import DITTO_CLIENT_KEYS
 
 @dataclasses.dataclass(frozen=True)
 class DittoConfig:
-    """local: the global model's local training; lam: lambda; personal_steps / personal_lr:
-    the personal model's plain-SGD steps and step size (None: local.steps / local.lr);
-    chunk: clients per vectorized chunk."""
+    """local: the global model's local training; lam: lambda, the proximal weight of the
+    personal objective; personal_steps / personal_lr: the personal model's plain-SGD steps
+    and step size (None: local.steps / local.lr); chunk: clients per vectorized chunk
+    ("auto": chosen per backend, None: all at once)."""
 
     local: LocalTraining = LocalTraining()
     lam: float = 1.0
@@ -78,6 +79,8 @@ def personal_step(model, local, lam, lr, steps, v, w, x, y, count, key):
 
 
 class Ditto(Algorithm):
+    """Ditto (Li et al.): FedAvg plus proximal personal models (lambda)."""
+
     name = "ditto"
     clusters_clients = False
 

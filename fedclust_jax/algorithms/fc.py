@@ -59,15 +59,19 @@ def random_groups(key, num_clients: int, num_groups: int):
 
 @dataclasses.dataclass(frozen=True)
 class FCConfig(ByzantineSetting):
-    """local: lr = eta, batch_size (None = full batch; else a fresh minibatch per gradient);
-    tc_iters: l, threshold-clustering iterations; radius / radius_quantile: TC radius
-    (exactly one); num_groups: random subgroups per round (1 = all clients); same_init:
-    every client starts from one model;
-    byz_frac and attack fields: see ``fedclust_jax.attacks`` (placement is unused);
-    chunk: clients per vectorized chunk (memory: chunk x S gradients); tc_method: TC's
-    "gram" (default; faster for FC's small groups) or "points";
-    the same result up to float32 rounding;
-    static: byz_frac (which clients are Byzantine, a count)."""
+    """Federated-Clustering's settings (the Byzantine fields are ``ByzantineSetting``'s;
+    placement is unused).
+
+    local: lr = eta, batch_size (None = full batch; else a fresh minibatch per gradient);
+    tc_iters: l, threshold-clustering iterations;
+    radius: TC radius (None: from radius_quantile; set exactly one);
+    radius_quantile: the radius as this quantile of the distances to the center;
+    num_groups: random subgroups per round (1 = all clients);
+    same_init: every client starts from one model;
+    chunk: clients per vectorized chunk (memory: chunk x S gradients);
+    tc_method: TC's "gram" (default; faster for FC's small groups) or "points", the same
+    result up to float32 rounding.
+    Static: byz_frac (which clients are Byzantine, a count)."""
 
     local: LocalTraining = LocalTraining(steps=1, lr=0.1)
     tc_iters: int = 10
@@ -87,6 +91,8 @@ class FCConfig(ByzantineSetting):
 
 
 class FederatedClustering(PersonalModels):
+    """Federated-Clustering: threshold clustering of all clients' gradients at each client's model."""
+
     name = "fc"
     clusters_clients = False
 

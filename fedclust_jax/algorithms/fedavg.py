@@ -38,8 +38,8 @@ class FedAvgConfig:
     """local: the clients' local training; participation: fraction of clients per round,
     in (0, 1]; weighting: "equal" mean of the participants' models (as IFCA's global
     baseline) or "samples" (weighted by sample count, McMahan et al.); chunk: clients per
-    vectorized chunk ("auto": per backend; None: all at once); sequential: the SR-FCA authors' code, where
-    the participants train one after another on one shared model, in random order, and
+    vectorized chunk ("auto": chosen per backend, None: all at once); sequential: the
+    SR-FCA authors' code, where the participants train one after another on one shared model, in random order, and
     the server averages their checkpoints (``core.clients.chain_clients``; False = the
     paper's FedAvg, all from the global model);
     static: participation (the number of participants, a shape)."""
@@ -70,7 +70,9 @@ class GlobalState:
 
 
 class FedAvg(SamplesParticipants, Algorithm):
-    """Each round: M participants train ``local.steps`` steps from the global model, the
+    """FedAvg: one global model (IFCA paper's 'global' baseline).
+
+    Each round: M participants train ``local.steps`` steps from the global model, the
     server averages the results.
 
     BatchNorm statistics (a ``StatefulModel``) are averaged as the params are, with the

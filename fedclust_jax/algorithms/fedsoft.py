@@ -30,7 +30,7 @@ from fedclust_jax.core.keys import FEDSOFT_KEYS
 
 @dataclasses.dataclass(frozen=True)
 class FedSoftConfig:
-    """num_clusters: K; sigma: importance floor in [0, 1/K]; clients_per_cluster: S
+    """num_clusters: number of cluster models K; sigma: importance floor in [0, 1/K]; clients_per_cluster: S
     clients drawn per cluster per round; local: client training; chunk: clients per chunk."""
 
     num_clusters: int = 2
@@ -73,6 +73,8 @@ def importance_weights(example_losses: jax.Array, mask: jax.Array, sigma: float)
 
 
 class FedSoft(ScoresClusters, Algorithm):
+    """FedSoft (Ruan and Joe-Wong): soft cluster importance weights, floored at sigma."""
+
     name = "fedsoft"
     clusters_clients = True
 

@@ -78,22 +78,24 @@ ASSIGNMENTS = ("loss", "oracle", "fixed")
 
 @dataclasses.dataclass(frozen=True)
 class IFCAConfig:
-    """num_clusters: k; option: "gradient" (I) or "model" (II); local: local training
+    """num_clusters: number of cluster models k; option: "gradient" (I) or "model" (II); local: local training
     (option I uses only lr as gamma and batch_size); participation: fraction of clients per
     round in (0, 1]; weighting: option-II mean, "equal" (paper) or "samples";
     weight_sharing: average the body over all participants, heads per cluster;
     assignment: "loss" (IFCA), "oracle" (frozen to the true clusters: the known-cluster
     baseline) or "fixed" (frozen to the ``assign`` given to ``init``: per-cluster FedAvg
-    after a one-shot clustering); chunk: clients per vectorized chunk; sequential (option
-    II, the SR-FCA authors' code): a cluster's participants train one after another in
+    after a one-shot clustering); chunk: clients per vectorized chunk ("auto": chosen per backend,
+    None: all at once);
+    sequential: (option II, the SR-FCA authors' code) a cluster's participants train one after another in
     random order on its one shared model and the cluster mean is over their checkpoints
-    (``core.clients.chain_clients``); clients_per_cluster (the SR-FCA authors' code,
-    instead of ``participation``): every client is reassigned every round and S members
+    (``core.clients.chain_clients``);
+    clients_per_cluster: (the SR-FCA authors' code, instead of ``participation``) every client is reassigned every round and S members
     of each cluster (all of a smaller one) train;
-    pretrain_rounds / pretrain_participation: FedAvg pre-training of one whole model that
-    starts all K (the authors' FEMNIST code, 0 rounds: none); warm_rounds /
-    warm_clients_per_cluster: the random-group warm start after it (0 rounds: none), that
-    many members of each group a round (None: all); freeze_body: train the head only (the
+    pretrain_rounds: rounds of FedAvg pre-training of one whole model that starts all K
+    (the authors' FEMNIST code, 0 for none); pretrain_participation: fraction of clients per
+    pre-training round; warm_rounds: rounds of the random-group warm start after it (0 for
+    none); warm_clients_per_cluster: members of each group that train per warm-start round
+    (None: all); freeze_body: train the head only (the
     body as pre-trained);
     static: participation (the number of participants, a shape)."""
 
@@ -154,6 +156,8 @@ class IFCAConfig:
 
 
 class IFCA(SamplesParticipants, ScoresClusters, Algorithm):
+    """IFCA (Ghosh et al.): option gradient (I) or model (II), restarts, weight sharing."""
+
     name = "ifca"
     fused_end_of_run = True
     clusters_clients = True

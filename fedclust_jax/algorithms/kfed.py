@@ -60,6 +60,8 @@ class KFedState:
 
 
 class KFed(Algorithm):
+    """k-FED (Dennis et al.): one-shot federated k-means of the clients' points (point datasets)."""
+
     name = "kfed"
     clusters_points = True
 

@@ -30,7 +30,9 @@ FEATURES = ("input", "output")
 
 @dataclasses.dataclass(frozen=True)
 class KNNPerConfig(FedAvgConfig):
-    """FedAvg's settings for the global model. lam: weight of the kNN term, in [0, 1];
+    """FedAvg's settings for the global model (``FedAvgConfig``'s fields).
+
+    lam: weight of the kNN term, in [0, 1];
     neighbors: k of the kNN predictor; features: what the kNN compares, "input" or "output" (``FEATURES``);
     static: participation (the number of participants, a shape)."""
 
@@ -63,6 +65,8 @@ def knn_label_shares(train_f, train_y, train_mask, test_f, k: int, num_classes: 
 
 
 class KNNPer(FedAvg):
+    """kNN-Per (Marfoq et al.): FedAvg model mixed with a local kNN predictor (lam)."""
+
     name = "knn-per"
     clusters_clients = False
 

@@ -64,7 +64,9 @@ class LocalState:
 
 
 class Local(Algorithm):
-    """All clients start from one common initialisation and never communicate. Each client
+    """Local: every client trains alone.
+
+    All clients start from one common initialisation and never communicate. Each client
     is evaluated with its own model on its own test split.
 
     BatchNorm statistics (a ``StatefulModel``) are per client too, from one common start.

@@ -28,7 +28,7 @@ from fedclust_jax.core.train import LocalTraining
 
 @dataclasses.dataclass(frozen=True)
 class LocalKMeansConfig:
-    """num_clusters: k; kmeans_iters: Lloyd iterations; n_init: k-means restarts (lowest
+    """num_clusters: number of clusters k; kmeans_iters: Lloyd iterations; n_init: k-means restarts (lowest
     inertia kept); init: "common" (one w_0 for every client) or "independent" (a random
     init per client); local: the clients' training per round; chunk: clients per chunk."""
 
@@ -60,6 +60,8 @@ class LocalKMeansState:
 
 
 class LocalKMeans(ScoresClusters, Algorithm):
+    """Local-KMeans: k-means on local models, centroid models."""
+
     name = "local-kmeans"
     clusters_clients = True
 

@@ -33,11 +33,20 @@ from fedclust_jax.core.keys import MC_KEYS
 
 @dataclasses.dataclass(frozen=True)
 class MCConfig(ByzantineSetting):
-    """num_clusters: K; alpha: weight of the new gradient in the momentum; local: lr = eta;
-    tc_iters: l, threshold-clustering iterations; radius / radius_quantile: TC radius;
-    same_init; byz_frac and attack fields (placement unused); chunk; tc_method: TC's "points" (default; its TC runs over all N
-    clients, where the Gram matrix costs N^2 P) or "gram" (``threshold_clustering``);
-    static: byz_frac (which clients are Byzantine, a count)."""
+    """Momentum-Clustering's settings (the Byzantine fields are ``ByzantineSetting``'s;
+    placement is unused).
+
+    num_clusters: number of centers K;
+    alpha: weight of the new gradient in the momentum;
+    local: lr = eta;
+    tc_iters: l, threshold-clustering iterations;
+    radius: TC radius (None: from radius_quantile; set exactly one);
+    radius_quantile: the radius as this quantile of the distances to the center;
+    same_init: every client starts from one model;
+    chunk: clients per vectorized chunk ("auto": chosen per backend, None: all at once);
+    tc_method: TC's "points" (default; its TC runs over all N clients, where the Gram
+    matrix costs N^2 P) or "gram" (``threshold_clustering``).
+    Static: byz_frac (which clients are Byzantine, a count)."""
 
     num_clusters: int = 2
     alpha: float = 0.1
@@ -64,6 +73,8 @@ def momentum_update(momentum, grads, alpha):
 
 
 class MomentumClustering(ScoresClusters, PersonalModels):
+    """Momentum-Clustering: threshold clustering of client momenta into K centers."""
+
     name = "mc"
     clusters_clients = True
 

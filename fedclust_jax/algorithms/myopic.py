@@ -23,9 +23,15 @@ from fedclust_jax.core.keys import MYOPIC_KEYS
 
 @dataclasses.dataclass(frozen=True)
 class MyopicConfig(ByzantineSetting):
-    """num_clusters: K; local: lr = eta; kmeans_iters: Lloyd iterations per round;
-    same_init; byz_frac and attack fields (placement unused); chunk;
-    static: byz_frac (which clients are Byzantine, a count)."""
+    """Myopic-Clustering's settings (the Byzantine fields are ``ByzantineSetting``'s;
+    placement is unused).
+
+    num_clusters: number of centers K;
+    local: lr = eta;
+    kmeans_iters: Lloyd iterations per round;
+    same_init: every client starts from one model;
+    chunk: clients per vectorized chunk ("auto": chosen per backend, None: all at once).
+    Static: byz_frac (which clients are Byzantine, a count)."""
 
     num_clusters: int = 2
     local: LocalTraining = LocalTraining(steps=1, lr=0.1)
@@ -47,6 +53,8 @@ def myopic_direction(key, grads, k: int, iters: int = 20):
 
 
 class Myopic(ScoresClusters, PersonalModels):
+    """Myopic-Clustering strawman: k-means of the current gradients."""
+
     name = "myopic"
     clusters_clients = True
 

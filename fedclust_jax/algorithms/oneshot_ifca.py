@@ -34,7 +34,8 @@ class OneShotIFCAConfig:
     """ONE_SHOT options as ``SRFCAConfig``. lam: threshold lambda; lam_quantile: lambda =
     this quantile of the pairwise distances instead; t: minimum ONE_SHOT component size;
     one_shot_steps: T local steps of ONE_SHOT; k_max: size of the cluster axis (None =
-    N // t); metric, graph: see ``SRFCAConfig``; participation: fraction of clients per IFCA round; local: the
+    N // t); metric: ONE_SHOT's distance, "cross_loss" or "l2"; graph: threshold-graph
+    clustering, "components" (paper) or "pivot" (authors' code); participation: fraction of clients per IFCA round; local: the
     clients' training (ONE_SHOT uses it with one_shot_steps steps); chunk: clients per chunk;
     static: lam_quantile (an index into the sorted distances), participation (a shape)."""
 
@@ -73,6 +74,8 @@ class OneShotIFCAState:
 
 
 class OneShotIFCA(SamplesParticipants, Algorithm):
+    """ONE_SHOT-IFCA: IFCA started from SR-FCA's ONE_SHOT clusters (K from it)."""
+
     name = "oneshot-ifca"
     fused_end_of_run = True
     client_vectors = 1

@@ -45,12 +45,21 @@ FEATURES = ("model", "logreg")
 
 @dataclasses.dataclass(frozen=True)
 class OneShotConfig:
-    """num_clusters: k for k-means; erm_steps / erm_lr: the local ERM (full batch);
-    kmeans_iters: Lloyd iterations; features: what k-means clusters, "model" (the local
-    models) or "logreg" (per-client logistic regression on raw inputs, the authors' FEMNIST
-    code); local, participation, weighting, chunk: the per-cluster FedAvg that follows (as
-    IFCA option II); pretrain_rounds / pretrain_participation / freeze_body: as IFCA's;
-    static: participation (the number of participants, a shape)."""
+    """The IFCA paper's one-shot baseline's settings.
+
+    num_clusters: k for k-means;
+    erm_steps: local ERM steps (full batch); erm_lr: their step size;
+    kmeans_iters: Lloyd iterations;
+    features: what k-means clusters, "model" (the local models) or "logreg" (per-client
+    logistic regression on raw inputs, the authors' FEMNIST code);
+    local: the clients' training in the per-cluster FedAvg that follows (as IFCA option II);
+    participation: fraction of clients per round of that FedAvg, in (0, 1];
+    weighting: its mean, "equal" or "samples";
+    chunk: clients per vectorized chunk ("auto": chosen per backend, None: all at once);
+    pretrain_rounds: rounds of FedAvg pre-training of one model that starts all k (0 for none);
+    pretrain_participation: fraction of clients per pre-training round;
+    freeze_body: train the head only after pre-training.
+    Static: participation (the number of participants, a shape)."""
 
     num_clusters: int = 2
     erm_steps: int = 100
@@ -83,6 +92,8 @@ class OneShotConfig:
 
 
 class OneShotKMeans(SamplesParticipants, ScoresClusters, Algorithm):
+    """IFCA paper's one-shot baseline: local ERM, k-means once, per-cluster FedAvg."""
+
     name = "oneshot-kmeans"
     client_vectors = 1
     clusters_clients = True

@@ -1,4 +1,8 @@
-"""Named algorithms: name -> builder(model, params, data) -> algorithm object.
+"""Named algorithms: name -> factory(model, params, data) -> algorithm object.
+
+Every algorithm, built-in or a user's, is registered through ``register_algorithm`` (the
+public ``fedclust_jax.register_algorithm``); what describes it lives beside it (the algorithm
+class's docstring, its config class's docstring for the parameters).
 
 ``params`` is a flat dict: keys of ``LocalTraining`` (steps, lr, batch_size, optimizer,
 momentum, weight_decay, lr_decay) go to the local training, the rest to the algorithm's
@@ -8,32 +12,52 @@ config dataclass. Unknown keys are errors that list the accepted ones.
 from __future__ import annotations
 
 import dataclasses
-import re
+import inspect
 import typing
 from typing import Callable
 
-from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
-from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
-from fedclust_jax.algorithms.local import Local, LocalConfig
-from fedclust_jax.algorithms.oneshot_kmeans import OneShotConfig, OneShotKMeans
-from fedclust_jax.algorithms.srfca import SRFCA, SRFCAConfig
-from fedclust_jax.algorithms.cfl import CFL, CFLConfig
-from fedclust_jax.algorithms.fedsoft import FedSoft, FedSoftConfig
-from fedclust_jax.algorithms.local_kmeans import LocalKMeans, LocalKMeansConfig
-from fedclust_jax.algorithms.oneshot_ifca import OneShotIFCA, OneShotIFCAConfig
-from fedclust_jax.algorithms.brifca import BRIFCA, BRIFCAConfig
-from fedclust_jax.algorithms import clustergan
-from fedclust_jax.algorithms.clustergan import ClusterGANConfig
-from fedclust_jax.algorithms.kfed import KFed, KFedConfig
-from fedclust_jax.algorithms.uifca import UIFCA, UIFCAConfig
-from fedclust_jax.algorithms.ditto import Ditto, DittoConfig
-from fedclust_jax.algorithms.knn_per import KNNPer, KNNPerConfig
-from fedclust_jax.algorithms.three_stage import ThreeStage, ThreeStageConfig
-from fedclust_jax.algorithms.fc import FCConfig, FederatedClustering
-from fedclust_jax.algorithms.mc import MCConfig, MomentumClustering
-from fedclust_jax.algorithms.myopic import Myopic, MyopicConfig
 from fedclust_jax.core.train import LocalTraining
+from fedclust_jax.describe import Registry, meanings
 
+ALGORITHMS = Registry("algorithm")
+
+
+def register_algorithm(name: str, algorithm_cls, config_cls, *, help: str = "",
+                       build: Callable | None = None, replace: bool = False):
+    """Registers ``algorithm_cls`` (an ``Algorithm`` subclass, built as
+    ``algorithm_cls(model, config_cls(**params))``) under ``name``; returns ``algorithm_cls``.
+
+    help: the one-line help (default: the first sentence of ``algorithm_cls``'s
+    docstring); parameter meanings come from ``config_cls``'s docstring
+    (``fedclust_jax.describe``). build: ``build(model, config, data) -> algorithm`` for an
+    algorithm that needs the data to be made (default: ``algorithm_cls(model, config)``)."""
+    from fedclust_jax.algorithms.base import Algorithm
+    ALGORITHMS.check_name(name, replace)
+    if not (inspect.isclass(algorithm_cls) and Algorithm in algorithm_cls.__mro__):
+        raise ValueError(f"algorithm {name!r}: {algorithm_cls!r} must be a class that subclasses "
+                         "fedclust_jax.algorithms.base.Algorithm")
+    missing = [m for m in ("init", "round", "evaluate", "objective")
+               if getattr(algorithm_cls, m) is getattr(Algorithm, m)]
+    if missing:
+        raise ValueError(f"algorithm {name!r}: {algorithm_cls.__name__} does not define "
+                         f"{', '.join(missing)} (required by the Algorithm protocol)")
+    if not (dataclasses.is_dataclass(config_cls) and inspect.isclass(config_cls)
+            and config_cls.__dataclass_params__.frozen):
+        raise ValueError(f"algorithm {name!r}: the config {config_cls!r} must be a frozen "
+                         "dataclass (@dataclasses.dataclass(frozen=True))")
+    if build is not None and not callable(build):
+        raise ValueError(f"algorithm {name!r}: build must be a function "
+                         "build(model, config, data) -> algorithm")
+    text = ALGORITHMS.help_for(name, help, algorithm_cls)
+
+    def factory(model, params, data):
+        cfg = make_config(config_cls, params, name)
+        return algorithm_cls(model, cfg) if build is None else build(model, cfg, data)
+
+    factory.config_cls, factory.algorithm_cls = config_cls, algorithm_cls
+    ALGORITHMS[name] = factory
+    ALGORITHMS.help[name] = text
+    return algorithm_cls
 LOCAL_KEYS = tuple(f.name for f in dataclasses.fields(LocalTraining))
 
 
@@ -90,11 +114,11 @@ def make_config(config_cls, params: dict, algorithm: str):
 
 def effective_params(name: str, params: dict, data=None) -> dict:
     """Every flat parameter of algorithm ``name`` as it will run on ``data``: ``params``
-    over the defaults (JSON-able values)."""
-    params = dict(params)
-    if name == "oracle" and data is not None:
-        params.setdefault("num_clusters", max(data.num_true_clusters, 1))
-    cfg = make_config(ALGORITHMS[name].config_cls, params, name)
+    over the defaults (JSON-able values); a config with a ``for_data(data)`` method (e.g.
+    the oracle's K from the data) is resolved with it."""
+    cfg = make_config(ALGORITHMS[name].config_cls, dict(params), name)
+    if data is not None and hasattr(cfg, "for_data"):
+        cfg = cfg.for_data(data)
     out = {}
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
@@ -102,144 +126,59 @@ def effective_params(name: str, params: dict, data=None) -> dict:
             out.update(dataclasses.asdict(v))
         else:
             out[f.name] = v
-    if name == "oracle":
-        out["assignment"] = "oracle"
     return out
 
 
 def field_docs(config_cls) -> dict[str, str]:
-    """{parameter: one-line meaning} read from the config class docstring (entries of the
-    form ``name: meaning;`` / ``a / b: meaning``), with ``LocalTraining``'s for local keys
-    and ``COMMON_HELP`` where the docstring says nothing."""
+    """{parameter: meaning} declared beside the config (``fedclust_jax.describe``): each
+    field's entry in the docstring of the config class or of the class that declares it
+    (a base such as ``ByzantineSetting``), the keys of ``local`` in ``LocalTraining``'s.
+    A parameter whose docstring says nothing is absent."""
     names = [f.name for f in dataclasses.fields(config_cls)]
-    out = dict(_docstring_entries(LocalTraining, list(LOCAL_KEYS))) if "local" in names else {}
-    out.update(_docstring_entries(config_cls, names))
-    out.pop("local", None)
-    for k in config_keys(config_cls):
-        if k not in out or out[k].lower().startswith("see ") or len(out[k]) < 3:
-            out[k] = COMMON_HELP.get(k, out.get(k, ""))
+    out = dict(meanings(LocalTraining.__doc__, LOCAL_KEYS)) if "local" in names else {}
+    for klass in reversed(config_cls.__mro__):      # the most derived class speaks last
+        if dataclasses.is_dataclass(klass):
+            out.update(meanings(klass.__doc__, [n for n in names if n != "local"]))
     return out
 
 
-COMMON_HELP = {
-    "chunk": "clients per vectorized chunk (bounds memory; none = all at once)",
-    "momentum": "SGD momentum in [0, 1)",
-    "participation": "fraction of clients per round, in (0, 1]",
-    "num_clusters": "number of cluster models K",
-    "byz_frac": "fraction alpha of Byzantine clients",
-    "attack": "Byzantine attack (fedclust_jax.attacks): none, outlier, sign_flip, ...",
-    "attack_scale": "attack magnitude (scaling / outlier attacks)",
-    "attack_std": "standard deviation of the Gaussian-noise attack",
-    "attack_eps": "IPM attack epsilon",
-    "attack_z": "ALIE attack z (none: from the number of clients)",
-    "placement": "how Byzantine clients pick their cluster",
-    "same_init": "every client starts from one model",
-    "sequential": "participants train one after another on one shared model (authors' code)",
-    "weighting": "mean of the participants' models: equal or samples (by sample count)",
-    "local": "local training",
-    "metric": "distance: cross_loss or l2",
-    "graph": "threshold graph clustering: components (paper) or pivot (authors' code)",
-    "refine_init": "cluster models at each REFINE: continue, common or fresh",
-    "one_shot_init": "ONE_SHOT start: common w_0 or independent inits",
-    "drop_small": "drop clusters smaller than t after RECLUSTER (authors' code)",
-    "clients_per_cluster": "clients drawn per cluster per round (none: all members)",
-    "max_participants": "cap on clients training per round (with clients_per_cluster)",
-    "step": "server step rule (see fedclust_jax.algorithms.brifca)",
-    "init": "initialisation of the cluster models (see fedclust_jax.algorithms.brifca)",
-    "projection_radius": "radius of the projection after each step (none: no projection)",
-}
-
-
-def _docstring_entries(cls, names: list[str]) -> dict[str, str]:
-    doc = " ".join((cls.__doc__ or "").split())
-    name = r"[a-z_][a-z0-9_]*"
-    head = re.compile(rf"(?:^|(?<=[;.]\s)|(?<=\.\s\s))({name}(?:\s*(?:,|/|and)\s*{name})*)"
-                      rf"(\s*\([^)]*\))?\s*:\s")
-    hits = [m for m in head.finditer(doc)
-            if all(n.strip() in names for n in re.split(r"\s*(?:,|/|\band\b)\s*", m.group(1)))]
-    out = {}
-    for i, m in enumerate(hits):
-        end = hits[i + 1].start() if i + 1 < len(hits) else len(doc)
-        text = doc[m.end():end].strip()
-        cut = re.search(r";\s[^;]{0,40}:\s", text)  # an entry whose head is not a field
-        text = (text[:cut.start()] if cut else text).strip().rstrip(";.").strip()
-        if m.group(2):
-            text = f"{text} {m.group(2).strip()}"
-        for n in re.split(r"\s*(?:,|/|\band\b)\s*", m.group(1)):
-            out.setdefault(n.strip(), text)
-    return out
-
-
-def _simple(cls, config_cls):
-    def build(model, params, data):
-        return cls(model, make_config(config_cls, params, cls.name))
-    build.config_cls = config_cls
-    return build
-
-
-def _oracle(model, params, data):
-    params = dict(params, assignment="oracle")
-    params.setdefault("num_clusters", max(data.num_true_clusters, 1))
-    return IFCA(model, make_config(IFCAConfig, params, "oracle"))
-
-
-_oracle.config_cls = IFCAConfig
-
-
-def _clustergan(model, params, data):
-    return clustergan.build(model, make_config(ClusterGANConfig, params, "clustergan"), data)
-
-
-_clustergan.config_cls = ClusterGANConfig
-
-ALGORITHMS: dict[str, Callable] = {
-    # IFCA paper: IFCA and its baselines
-    "fedavg": _simple(FedAvg, FedAvgConfig),
-    "local": _simple(Local, LocalConfig),
-    "ifca": _simple(IFCA, IFCAConfig),
-    "oracle": _oracle,
-    "oneshot-kmeans": _simple(OneShotKMeans, OneShotConfig),
-    # SR-FCA paper: SR-FCA and its baselines
-    "srfca": _simple(SRFCA, SRFCAConfig),
-    "cfl": _simple(CFL, CFLConfig),
-    "local-kmeans": _simple(LocalKMeans, LocalKMeansConfig),
-    "oneshot-ifca": _simple(OneShotIFCA, OneShotIFCAConfig),
-    "fedsoft": _simple(FedSoft, FedSoftConfig),
-    # Byzantine-robust and threshold-clustering papers
-    "brifca": _simple(BRIFCA, BRIFCAConfig),
-    "three-stage": _simple(ThreeStage, ThreeStageConfig),
-    "fc": _simple(FederatedClustering, FCConfig),
-    "mc": _simple(MomentumClustering, MCConfig),
-    "myopic": _simple(Myopic, MyopicConfig),
-    "ditto": _simple(Ditto, DittoConfig),
-    "knn-per": _simple(KNNPer, KNNPerConfig),
-    # UIFCA thesis chapter 4: points, not clients, carry clusters (point datasets)
-    "uifca": _simple(UIFCA, UIFCAConfig),
-    "kfed": _simple(KFed, KFedConfig),
-    "clustergan": _clustergan,
-}
-ALGORITHM_HELP = {
-    "fedavg": "FedAvg: one global model (IFCA paper's 'global' baseline)",
-    "local": "Local: every client trains alone",
-    "ifca": "IFCA (Ghosh et al.): option gradient (I) or model (II), restarts, weight sharing",
-    "oracle": "per-cluster FedAvg with the true clusters (IFCA with frozen oracle assignment)",
-    "oneshot-kmeans": "IFCA paper's one-shot baseline: local ERM, k-means once, per-cluster FedAvg",
-    "srfca": "SR-FCA (Vardhan et al.): ONE_SHOT threshold-graph clustering, then REFINE steps (rounds)",
-    "cfl": "CFL (Sattler et al.): recursive bipartition by cosine similarity of updates",
-    "local-kmeans": "Local-KMeans: k-means on local models, centroid models",
-    "oneshot-ifca": "ONE_SHOT-IFCA: IFCA started from SR-FCA's ONE_SHOT clusters (K from it)",
-    "fedsoft": "FedSoft (Ruan and Joe-Wong): soft cluster importance weights, floored at sigma",
-    "brifca": "BR-IFCA (Tao et al.): IFCA option I with robust per-cluster aggregation, attacks",
-    "three-stage": "Three-Stage (Ghosh et al. 2019): local ERM, trimmed k-means, trimmed-mean GD",
-    "fc": "Federated-Clustering: threshold clustering of all clients' gradients at each client's model",
-    "mc": "Momentum-Clustering: threshold clustering of client momenta into K centers",
-    "myopic": "Myopic-Clustering strawman: k-means of the current gradients",
-    "ditto": "Ditto (Li et al.): FedAvg plus proximal personal models (lambda)",
-    "knn-per": "kNN-Per (Marfoq et al.): FedAvg model mixed with a local kNN predictor (lam)",
-    "uifca": "UIFCA: K flows cluster every client's points (--model affine-flow | real-nvp; point datasets)",
-    "kfed": "k-FED (Dennis et al.): one-shot federated k-means of the clients' points (point datasets)",
-    "clustergan": "ClusterGAN + FedAvg: points clustered by the encoder (point datasets of images)",
-}
+def _register_builtins():
+    import importlib
+    (brifca, cfl, clustergan, ditto, fc, fedavg, fedsoft, ifca, kfed, knn_per, local,
+     local_kmeans, mc, myopic, oneshot_ifca, oneshot_kmeans, oracle, srfca, three_stage,
+     uifca) = (importlib.import_module(f"fedclust_jax.algorithms.{m}") for m in (
+        "brifca", "cfl", "clustergan", "ditto", "fc", "fedavg", "fedsoft", "ifca", "kfed",
+        "knn_per", "local", "local_kmeans", "mc", "myopic", "oneshot_ifca", "oneshot_kmeans",
+        "oracle", "srfca", "three_stage", "uifca"))
+    for name, cls, config in (
+            # IFCA paper: IFCA and its baselines
+            ("fedavg", fedavg.FedAvg, fedavg.FedAvgConfig),
+            ("local", local.Local, local.LocalConfig),
+            ("ifca", ifca.IFCA, ifca.IFCAConfig),
+            ("oneshot-kmeans", oneshot_kmeans.OneShotKMeans, oneshot_kmeans.OneShotConfig),
+            # SR-FCA paper: SR-FCA and its baselines
+            ("srfca", srfca.SRFCA, srfca.SRFCAConfig),
+            ("cfl", cfl.CFL, cfl.CFLConfig),
+            ("local-kmeans", local_kmeans.LocalKMeans, local_kmeans.LocalKMeansConfig),
+            ("oneshot-ifca", oneshot_ifca.OneShotIFCA, oneshot_ifca.OneShotIFCAConfig),
+            ("fedsoft", fedsoft.FedSoft, fedsoft.FedSoftConfig),
+            # Byzantine-robust and threshold-clustering papers
+            ("brifca", brifca.BRIFCA, brifca.BRIFCAConfig),
+            ("three-stage", three_stage.ThreeStage, three_stage.ThreeStageConfig),
+            ("fc", fc.FederatedClustering, fc.FCConfig),
+            ("mc", mc.MomentumClustering, mc.MCConfig),
+            ("myopic", myopic.Myopic, myopic.MyopicConfig),
+            ("ditto", ditto.Ditto, ditto.DittoConfig),
+            ("knn-per", knn_per.KNNPer, knn_per.KNNPerConfig),
+            # UIFCA thesis chapter 4: points, not clients, carry clusters (point datasets)
+            ("uifca", uifca.UIFCA, uifca.UIFCAConfig),
+            ("kfed", kfed.KFed, kfed.KFedConfig)):
+        register_algorithm(name, cls, config)
+    register_algorithm("oracle", ifca.IFCA, oracle.OracleConfig, build=oracle.build_oracle,
+                       help="per-cluster FedAvg with the true clusters (IFCA with frozen "
+                            "oracle assignment)")
+    register_algorithm("clustergan", clustergan.ClusterGAN, clustergan.ClusterGANConfig,
+                       build=clustergan.build)
 
 
 def accepted_params(name: str) -> list[str]:
@@ -256,3 +195,6 @@ def build_algorithm(name: str, model, params: dict, data):
     if hasattr(alg, "check_data"):
         alg.check_data(data)
     return alg
+
+
+_register_builtins()

@@ -91,8 +91,17 @@ class SRFCAConfig:
     one_shot_steps: T local steps of ONE_SHOT; rounds_per_refine: FedAvg rounds of
     TrimmedMeanGD per REFINE, each ``local.steps`` local steps; k_max: size of the cluster
     axis (None = N // t, enough for any ONE_SHOT outcome; smaller is faster and keeps only
-    the k_max largest ONE_SHOT clusters). ``resolved()`` gives the config with the
-    variant's values filled in;
+    the k_max largest ONE_SHOT clusters); clients_per_cluster: members of each cluster that
+    train per REFINE round (None: all); max_participants: cap on the clients training per
+    round with clients_per_cluster (None: none); graph: ONE_SHOT's threshold-graph
+    clustering, "components" (paper) or "pivot" (code); refine_init: cluster models at each
+    REFINE, "continue", "common" or "fresh"; one_shot_init: ONE_SHOT's start, "common" w_0
+    or "independent" inits; sequential: REFINE's participants train one after another on
+    one shared model (code); drop_small: drop clusters smaller than t after RECLUSTER
+    (code); chunk: clients per vectorized chunk ("auto": chosen per backend, None: all at
+    once).
+
+    ``resolved()`` gives the config with the variant's values filled in;
     static: lam_quantile (an index into the sorted distances, from float64 rounding)."""
 
     variant: str = "paper"
@@ -179,6 +188,8 @@ def _mask_leading(mask, new, old):
 
 
 class SRFCA(Algorithm):
+    """SR-FCA (Vardhan et al.): ONE_SHOT threshold-graph clustering, then REFINE steps (rounds)."""
+
     name = "srfca"
     client_vectors = 1
     pairwise_clients = True

@@ -99,12 +99,18 @@ def best_trimmed_kmeans(key, points, k: int, trim_frac: float, iters: int, resta
 
 @dataclasses.dataclass(frozen=True)
 class ThreeStageConfig(ByzantineSetting):
-    """num_clusters: k; erm_steps, erm_lr: stage-1 full-batch GD; kmeans_iters: stage-2
-    iterations; kmeans_seeding: stage-2 seeding, "kmeans++" or "random"; kmeans_restarts:
-    stage-2 seedings, the run of best trimmed cost kept; trim_frac: beta
-    of stages 2 and 3; local: stage-3 lr = gamma; byz_frac and
-    attack fields: see ``fedclust_jax.attacks`` (placement unused: clusters are fixed);
-    static: byz_frac (which clients are Byzantine, a count)."""
+    """Three-Stage's settings (the Byzantine fields are ``ByzantineSetting``'s; placement is
+    unused: clusters are fixed).
+
+    num_clusters: number of clusters k;
+    erm_steps: stage-1 full-batch GD steps; erm_lr: their step size;
+    kmeans_iters: stage-2 iterations;
+    kmeans_seeding: stage-2 seeding, "kmeans++" or "random";
+    kmeans_restarts: stage-2 seedings, the run of best trimmed cost kept;
+    trim_frac: beta of stages 2 and 3;
+    local: stage-3 lr = gamma;
+    chunk: clients per vectorized chunk ("auto": chosen per backend, None: all at once).
+    Static: byz_frac (which clients are Byzantine, a count)."""
 
     num_clusters: int = 2
     erm_steps: int = 100
@@ -136,6 +142,8 @@ class ThreeStageConfig(ByzantineSetting):
 
 
 class ThreeStage(ScoresClusters, Algorithm):
+    """Three-Stage (Ghosh et al., 2019): local ERM, trimmed k-means, trimmed-mean GD."""
+
     name = "three-stage"
     client_vectors = 1
     clusters_clients = True

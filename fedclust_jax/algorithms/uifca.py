@@ -68,11 +68,15 @@ INIT_ASSIGNS = ("random", "models", "kfed", "oracle")
 @dataclasses.dataclass(frozen=True)
 class UIFCAConfig:
     """Defaults: [T]'s synthetic runs (T=20, tau=100, M=100); N, eta and the noise scale are
-    unspecified in [T] (chosen here). num_clusters: K; cluster_rounds: T, the setting's
+    unspecified in [T] (chosen here). num_clusters: number of flows K; cluster_rounds: T, the setting's
     cluster rounds (for reference: a run's rounds are the runner's ``rounds``);
     comm_rounds: tau, FedAvg rounds per cluster round; local_steps: M local steps per
-    communication round; batch_size: N points per local step; lr: eta; optimizer: "sgd" | "adam"; init_noise: std of the noise on the K
-    copies; init_assign / model_init / assign_with: see the module docstring; chunk: clients
+    communication round; batch_size: N points per local step; lr: step size eta; optimizer: "sgd" | "adam"; init_noise: std of the noise on the K
+    copies; init_assign: the first assignment of the points, "models" (argmin NLL under the
+    initial flows), "random", "kfed" or "oracle"; model_init: each cluster round's start,
+    "warm" (the last flows, the prose) or "reinit" (fresh noisy copies, Alg. 4);
+    assign_with: "new" (the flows just learned, the prose) or "previous" (Alg. 3 as
+    printed, a one-round lag); chunk: clients
     per vectorized chunk (None = vmap all); standardize: every step sees the points mapped
     to (x - mean) / std over all real points (``standardize_points``; one extra aggregation
     of sums and counts; not in [T]; for continuous data only, not for images fed to the
@@ -206,7 +210,9 @@ def learn_cluster_models(flow: FlowModel, cfg: UIFCAConfig, params, x, assign, k
 
 
 class UIFCA(ScoresClusters, Algorithm):
-    """UIFCA over a ``FlowModel``; pure methods init / round / evaluate / objective."""
+    """UIFCA: K flows cluster every client's points (--model affine-flow | real-nvp; point datasets).
+
+    UIFCA over a ``FlowModel``; pure methods init / round / evaluate / objective."""
 
     name = "uifca"
     clusters_points = True

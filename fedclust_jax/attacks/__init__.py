@@ -105,9 +105,15 @@ class Attack:
 
 @dataclasses.dataclass(frozen=True)
 class ByzantineSetting:
-    """The Byzantine fields every robust algorithm's config shares: byz_frac (fraction of
-    Byzantine clients), attack (name), attack_scale / attack_std / attack_eps / attack_z (its
-    parameters, see ``Attack``) and placement (how Byzantine clients choose a cluster)."""
+    """The Byzantine fields every robust algorithm's config shares.
+
+    byz_frac: fraction alpha of Byzantine clients, in [0, 1);
+    attack: what the Byzantine clients upload (``ATTACKS``: none, outlier, sign_flip, ...);
+    attack_scale: the scaling and outlier attacks' magnitude;
+    attack_std: standard deviation of the Gaussian-noise attack;
+    attack_eps: the IPM attack's epsilon;
+    attack_z: the ALIE attack's z (None: from the number of clients);
+    placement: how a Byzantine client chooses its cluster (``PLACEMENTS``)."""
 
     byz_frac: float = 0.0
     attack: str = "none"

@@ -49,6 +49,7 @@ class LocalTraining:
       client's real examples per round (wrapping around; a client with fewer than
       batch_size examples uses all of them, masked).
     optimizer: "sgd" (with optional momentum) or "adam"; its state starts fresh each round.
+    momentum: SGD momentum in [0, 1) (0: plain SGD).
     weight_decay: L2 penalty (wd/2)||theta||^2 added to the training loss; static (shapes,
     the program): steps, batch_size, optimizer; the ``TRACED`` fields may be arrays.
     """

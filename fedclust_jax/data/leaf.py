@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedclust_jax.data.defaults import paper_defaults
 from fedclust_jax.data.sources import DataFormatError, missing, resolve_data_dir, ENV_VAR
 
 # LEAF's Shakespeare alphabet (80 symbols); a character's token is its index here.
@@ -167,6 +168,12 @@ def load_leaf_clients(name: str, data_dir=None, *, subdir: str | None = None,
 
 # ---------------------------------------------------------------- named datasets
 
+@paper_defaults(
+    model="shakespeare-lstm",
+    rounds=6,
+    training={"lr": 0.8, "steps": 400, "batch_size": 10},
+    algorithms={"fedavg": {}, "local": {}, "ifca": {"num_clusters": 3, "option": "model"}},
+    source="as shakespeare (SR-FCA paper and code), the speakers' windows cut or pooled")
 def shakespeare_windows(key, *, num_clients: int | None = None, max_train: int | None = None,
                         max_test: int | None = None, pool: bool = False,
                         data_dir=None):
@@ -174,7 +181,13 @@ def shakespeare_windows(key, *, num_clients: int | None = None, max_train: int |
     random from the key, None = all), each speaker's training / test windows cut to its
     first ``max_train`` / ``max_test`` (None = all); ``pool``: one client holding every
     chosen speaker's windows (a centralised run of the same windows). x int32 [N, n, 80]
-    tokens, y [N, n] the next character's token."""
+    tokens, y [N, n] the next character's token.
+
+    num_clients: number of clients m
+    max_train: training windows kept per speaker (none: all)
+    max_test: test windows kept per speaker (none: all)
+    pool: one client holding every chosen speaker's windows (a centralised run)
+    data_dir: folder holding the LEAF ``shakespeare`` folder (else $FEDCLUST_DATA)"""
     from fedclust_jax.data.federated import from_client_lists
     from fedclust_jax.data.recipes import numpy_rng
     for name, v in (("num_clients", num_clients), ("max_train", max_train), ("max_test", max_test)):
@@ -194,12 +207,25 @@ def shakespeare_windows(key, *, num_clients: int | None = None, max_train: int |
                              num_classes=len(SHAKESPEARE_CHARS), dtype=np.int32)
 
 
+@paper_defaults(
+    model="shakespeare-lstm",
+    model_args={"embed": 8, "hidden": 16, "layers": 1},
+    rounds=10,
+    training={"lr": 0.5, "steps": 5, "batch_size": 10},
+    algorithms={"fedavg": {}, "local": {}, "ifca": {"num_clusters": 2, "option": "model"}},
+    source="this project's CI text task: two Markov-chain writers, a small LSTM")
 def toy_text(key, *, num_clients: int = 6, num_clusters: int = 2, n: int = 40,
              n_test: int = 20, length: int = 80):
     """Shakespeare-shaped token windows without files (CI size): cluster c (client i in
     cluster i mod K) writes text from its own random first-order Markov chain over LEAF's
     80 symbols (4 successors a symbol); a client's windows slide over its own text.
-    x int32 [N, n, length], y [N, n] the next token."""
+    x int32 [N, n, length], y [N, n] the next token.
+
+    num_clients: number of clients m
+    num_clusters: number of true clusters k
+    n: training examples per client
+    n_test: test examples per client (None: as the construction gives)
+    length: characters per window"""
     from fedclust_jax.data.federated import from_client_lists
     from fedclust_jax.data.recipes import numpy_rng
     rng, v = numpy_rng(key), len(SHAKESPEARE_CHARS)

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedclust_jax.data.defaults import paper_defaults
 from fedclust_jax.data.federated import FederatedData
 from fedclust_jax.data.synthetic import bernoulli_theta
 
@@ -66,6 +67,14 @@ def _point_data(x, labels, heterogeneity, num_clusters) -> FederatedData:
         task="classification", num_classes=0)
 
 
+@paper_defaults(
+    model=None,
+    rounds=20,
+    algorithms={"kfed": {"num_clusters": 4}, "uifca": {"num_clusters": 4}},
+    source=("Chung's thesis, Table 4.1 synthetic runs: T = 20 cluster rounds (the runner's "
+        "rounds), tau = 100 communication rounds of M = 100 local steps (UIFCA's defaults; a "
+        "GPU-scale job: lower comm_rounds / local_steps on a CPU); the model is the affine "
+        "flow, the default for data whose points carry clusters"))
 def gaussian_clusters(key, *, num_clients: int = 4, points_per_client: int = 1000,
                       num_clusters: int = 4, dim: int = 32, separation: float = 5.0,
                       noise_std: float = 1.0, heterogeneity: float = 1.0,
@@ -78,7 +87,17 @@ def gaussian_clusters(key, *, num_clients: int = 4, points_per_client: int = 100
     possible distance. scaling="norm": ||centre|| = R, separation about R and sometimes
     less (overlapping at sigma = 1: k-FED 97.2 / 97.9 / 100% at p = 0 / 0.5 / 1 on seed 0,
     below [T]'s 100%).
-    true_params holds the centres [K, d]."""
+    true_params holds the centres [K, d].
+
+    num_clients: number of clients m
+    points_per_client: points per client
+    num_clusters: number of true clusters k
+    dim: feature dimension d
+    separation: cluster separation R
+    noise_std: standard deviation sigma of the points around their centre
+    heterogeneity: fraction p of a client's points from its own cluster
+    scaling: how the separation R sets the centres, "norm" (||centre|| = R) or "multiply"
+    (the Bernoulli centres times R)"""
     check_point_setup(num_clients, points_per_client, num_clusters, heterogeneity)
     if dim < 1 or separation <= 0 or noise_std < 0:
         raise ValueError(f"need dim >= 1, separation > 0, noise_std >= 0; got {dim}, "
@@ -91,6 +110,11 @@ def gaussian_clusters(key, *, num_clients: int = 4, points_per_client: int = 100
     return _point_data(x, labels, heterogeneity, num_clusters).replace(true_params=centres)
 
 
+@paper_defaults(
+    model=None,
+    rounds=20,
+    algorithms={"kfed": {"num_clusters": 4}, "uifca": {"num_clusters": 4}},
+    source="as uifca-gaussian (Chung's thesis, Table 4.1)")
 def subspace_clusters(key, *, num_clients: int = 4, points_per_client: int = 1000,
                       num_clusters: int = 4, dim: int = 32, subspace_dim: int = 16,
                       coef_std: float = 1.0, jitter: float = 0.05,
@@ -99,7 +123,16 @@ def subspace_clusters(key, *, num_clients: int = 4, points_per_client: int = 100
     (QR of a Gaussian matrix); point = U_k c + jitter * N(0, I_d), c ~ N(0, coef_std^2 I_r).
     The jitter makes the rank-r covariance non-singular ([T] leaves it out; its density
     would be degenerate). All clusters have mean 0, so centroid methods cannot separate
-    them. true_params holds the bases [K, d, r]."""
+    them. true_params holds the bases [K, d, r].
+
+    num_clients: number of clients m
+    points_per_client: points per client
+    num_clusters: number of true clusters k
+    dim: feature dimension d
+    subspace_dim: dimension of each cluster's subspace
+    coef_std: std of the subspace coefficients
+    jitter: noise added off the subspace
+    heterogeneity: fraction p of a client's points from its own cluster"""
     check_point_setup(num_clients, points_per_client, num_clusters, heterogeneity)
     if not 1 <= subspace_dim <= dim:
         raise ValueError(f"need 1 <= subspace_dim <= dim, got {subspace_dim}, {dim}")
@@ -188,6 +221,12 @@ def _pool_points(key, pools, num_clients, points_per_client, fill, heterogeneity
                              heterogeneity=heterogeneity)
 
 
+@paper_defaults(
+    model="real-nvp",
+    rounds=20,
+    algorithms={"kfed": {"num_clusters": 4}, "uifca": {"num_clusters": 4}},
+    source=("Chung's thesis, Tables 4.2 / 4.3: rotated digit 2, K = 4 rotations, n = K clients; "
+        "benchmarks/uifca/ holds each table's settings"))
 def mnist_points(key, *, task: str = "rotated", digits: list = (2,), heterogeneity: float = 1.0,
                  num_clients: int | None = None, points_per_client: int | None = None,
                  fill: float = 0.95, random_background: bool = False, source: str = "mnist",
@@ -198,7 +237,18 @@ def mnist_points(key, *, task: str = "rotated", digits: list = (2,), heterogenei
     points (default: ``fill`` x the smallest pool) dealt by the heterogeneity recipe,
     every image used at most once. Pixels are bytes / 256 (in [0, 255/256], for the
     flows' dequantization). random_background ([T] Table 4.2 "RB"): pixels < 0.01 replaced
-    by uniform random bytes (drawn from ``key``)."""
+    by uniform random bytes (drawn from ``key``).
+
+    task: "rotated" (clusters are rotations of one digit) or "digits" (a cluster per digit)
+    digits: the digits used (the first alone for "rotated", one cluster each for "digits")
+    heterogeneity: fraction p of a client's points from its own cluster
+    num_clients: number of clients n (None: K)
+    points_per_client: points per client (None: ``fill`` x the smallest pool)
+    fill: points per client as a fraction of the smallest cluster's pool
+    source: "mnist" (MNIST's IDX files or TFDS) or "digits" (scikit-learn's 8x8 digits,
+    no files: for CI)
+    data_dir: folder holding MNIST (else $FEDCLUST_DATA)
+    download: let TFDS download MNIST when the network allows"""
     images, labels = _byte_images(source, data_dir, download)
     pools = _image_pools(task, images, labels, [int(d) for d in digits])
     k_rb, k_deal = jax.random.split(key)
@@ -211,6 +261,13 @@ def mnist_points(key, *, task: str = "rotated", digits: list = (2,), heterogenei
     return data.replace(x=jnp.asarray(x / 256.0, jnp.float32))
 
 
+@paper_defaults(
+    model=None,
+    data={"pca": 32},
+    rounds=20,
+    algorithms={"kfed": {"num_clusters": 4}, "uifca": {"num_clusters": 4}},
+    source=("Chung's thesis, Table 4.3 'MNIST Representations': RotNet features, K = 4 rotations, "
+        "projected on 32 principal components (Table 4.1's dimension)"))
 def rotnet_points(key, *, digit: int = 2, heterogeneity: float = 1.0, fill: float = 0.95,
                   points_per_client: int | None = None, pca: int = 0, epochs: int = 3,
                   pretrain_images: int = 10000, pretrain_seed: int = 0,
@@ -225,7 +282,21 @@ def rotnet_points(key, *, digit: int = 2, heterogeneity: float = 1.0, fill: floa
     components of the pretraining images' representations, divided by one global scale
     (the root mean variance of the kept components), for UIFCA's full-Gaussian flow.
     Clusters, clients and dealing as ``mnist_points(task="rotated", digits=[digit])``.
-    The representations are computed once per process for each (digit, pca, RotNet)."""
+    The representations are computed once per process for each (digit, pca, RotNet).
+
+    digit: the digit whose rotations are the clusters
+    heterogeneity: fraction p of a client's points from its own cluster
+    fill: points per client as a fraction of the smallest cluster's pool
+    points_per_client: points per client (None: ``fill`` x the smallest pool)
+    pca: project the representations on their top d principal components (0: none)
+    epochs: RotNet pretraining epochs
+    pretrain_images: MNIST test images RotNet is pretrained on
+    pretrain_seed: seed of RotNet's pretraining
+    cache_dir: folder caching RotNet's params ("": none)
+    source: "mnist" (MNIST's IDX files or TFDS) or "digits" (scikit-learn's 8x8 digits,
+    no files: for CI)
+    data_dir: folder holding MNIST (else $FEDCLUST_DATA)
+    download: let TFDS download MNIST when the network allows"""
     setting = (source, data_dir, download, epochs, pretrain_images, pretrain_seed, cache_dir)
     pools = _rotnet_pools(int(digit), int(pca), setting)
     return _pool_points(key, list(pools), None, points_per_client, fill, heterogeneity)

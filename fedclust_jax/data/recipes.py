@@ -29,11 +29,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedclust_jax.data.defaults import paper_defaults
 from fedclust_jax.data import partition, transforms
 from fedclust_jax.data.federated import FederatedData, from_client_lists
 from fedclust_jax.data.leaf import load_leaf_clients
-from fedclust_jax.data.sources import (IDX_NAMES, find_idx, load_digits_images, load_images,
-                                       read_idx, resolve_data_dir)
+from fedclust_jax.data.sources import (FILES_DOC, IDX_NAMES, find_idx, load_digits_images,
+                                       load_images, read_idx, resolve_data_dir)
 from fedclust_jax.data.transforms import ClusterTransform
 from fedclust_jax.data.views import FederatedViews, make_views
 
@@ -307,6 +308,19 @@ _VIEWS_DOC = """
     ``FederatedData``. Both hold the same arrays for the same key."""
 
 
+@paper_defaults(
+    model="mlp",
+    model_args={"hidden": [200]},
+    rounds=300,
+    training={"lr": 0.1, "steps": 10},
+    algorithms={
+        "fedavg": {},
+        "local": {},
+        "ifca": {"num_clusters": 4, "option": "model"},
+        "oracle": {},
+    },
+    source=("IFCA paper Sec. 3.2: MLP 784-200-10, full participation, tau=10 full-batch steps, "
+        "gamma=0.1, option II; 300 rounds (authors' code)"))
 def ifca_rotated_mnist(key, *, num_clusters: int = 4, num_clients: int = 2400, n: int = 100,
                        n_test: int | None = None, views: bool = True, replace: bool = False,
                        data_dir=None, source: str = "auto", download: bool = False):
@@ -315,7 +329,12 @@ def ifca_rotated_mnist(key, *, num_clusters: int = 4, num_clients: int = 2400, n
     (m, n) in {(4800, 50), (2400, 100), (1200, 200)}. Pixels in [0, 1], no normalisation.
     replace: True draws each client's n train / n_test test images with replacement from
     the whole train / test set, so m is unbounded (views: 4 (n + n_test) + 16 bytes per
-    client besides the 55 MB of images)."""
+    client besides the 55 MB of images).
+
+    num_clusters: number of true clusters k
+    num_clients: number of clients m
+    n: training examples per client
+    n_test: test examples per client (None: as the construction gives)"""
     x, y, xt, yt, values = _source("mnist", data_dir, source, download, views)
     return whole_set_clusters(x, y, xt, yt, numpy_rng(key),
                               cluster_transforms=rotations(num_clusters),
@@ -323,13 +342,33 @@ def ifca_rotated_mnist(key, *, num_clusters: int = 4, num_clients: int = 2400, n
                               values=values, replace=replace)
 
 
+@paper_defaults(
+    model="mlp",
+    model_args={"hidden": [200]},
+    rounds=50,
+    training={"optimizer": "adam", "lr": 0.0002, "steps": 5, "batch_size": 50},
+    algorithms={
+        "fedavg": {},
+        "local": {},
+        "ifca": {"num_clusters": 4, "option": "model"},
+        "oracle": {},
+        "srfca": {"beta": 0.15, "one_shot_steps": 250, "rounds_per_refine": 42, "rounds": 2},
+    },
+    source=("SR-FCA paper and code: MLP 784-200-10, Adam 2e-4, batch 50, 50 rounds x 5 local "
+        "steps, IFCA K=4, SR-FCA beta 0.15, ONE_SHOT 250 steps, 2 REFINE steps of 42 rounds "
+        "(lambda: tune it)"))
 def srfca_rotated_mnist(key, *, num_clusters: int = 4, num_clients: int = 100, n: int = 600,
                         n_test: int = 100, views: bool = True, replace: bool = False,
                         data_dir=None, source: str = "auto", download: bool = False):
     """SR-FCA rotated MNIST: m = 100 disjoint shards of 600 train / 100 test images, client i
     in cluster i mod K rotated by (i mod K) * 90 degrees (K = 4). Pixels in [0, 1].
     replace: True draws each client's images with replacement (shards no longer disjoint;
-    m unbounded)."""
+    m unbounded).
+
+    num_clusters: number of true clusters k
+    num_clients: number of clients m
+    n: training examples per client
+    n_test: test examples per client (None: as the construction gives)"""
     x, y, xt, yt, values = _source("mnist", data_dir, source, download, views)
     return disjoint_shard_clusters(x, y, xt, yt, numpy_rng(key),
                                    cluster_transforms=[rotation(c) for c in range(num_clusters)],
@@ -337,13 +376,33 @@ def srfca_rotated_mnist(key, *, num_clusters: int = 4, num_clients: int = 100, n
                                    values=values, replace=replace)
 
 
+@paper_defaults(
+    model="mlp",
+    model_args={"hidden": [200]},
+    rounds=50,
+    training={"optimizer": "adam", "lr": 0.0002, "steps": 5, "batch_size": 50},
+    algorithms={
+        "fedavg": {},
+        "local": {},
+        "ifca": {"num_clusters": 2, "option": "model"},
+        "oracle": {},
+        "srfca": {"beta": 0.15, "one_shot_steps": 280, "rounds_per_refine": 56, "rounds": 2},
+    },
+    source=("SR-FCA paper and code: MLP 784-200-10, Adam 2e-4, batch 50, 50 rounds x 5 local "
+        "steps, IFCA K=2, SR-FCA beta 0.15, ONE_SHOT 280 steps, 2 REFINE steps of 56 rounds "
+        "(lambda: tune it)"))
 def srfca_inverted_mnist(key, *, num_clients: int = 100, n: int = 600, n_test: int = 100,
                          pixel_range: str = "unit", views: bool = True, replace: bool = False,
                          data_dir=None, source: str = "auto", download: bool = False):
     """SR-FCA inverted MNIST: disjoint shards as ``srfca_rotated_mnist``, K = 2; odd clients'
     images inverted. pixel_range "unit": x in [0, 1], inversion 1 - x (default);
-    "byte": raw 0..255 floats and 255 - x, as the authors' code does. replace: as
-    ``srfca_rotated_mnist``."""
+    "byte": raw 0..255 floats and 255 - x, as the authors' code does. replace: True draws
+    each client's images with replacement (shards no longer disjoint; m unbounded).
+
+    num_clients: number of clients m
+    n: training examples per client
+    n_test: test examples per client (None: as the construction gives)
+    pixel_range: unit ([0, 1], 1 - x) or byte (0..255, 255 - x)"""
     if pixel_range not in ("unit", "byte"):
         raise ValueError(f"pixel_range must be 'unit' or 'byte', got {pixel_range!r}")
     x, y, xt, yt, values = _source("mnist", data_dir, source, download, views)
@@ -360,6 +419,21 @@ def srfca_inverted_mnist(key, *, num_clients: int = 100, n: int = 600, n_test: i
                                    values=values, replace=replace)
 
 
+@paper_defaults(
+    model="mlp",
+    model_args={"hidden": [200]},
+    rounds=100,
+    training={"lr": 0.1, "steps": 1},
+    algorithms={
+        "fedavg": {},
+        "local": {},
+        "ifca": {"num_clusters": 4, "option": "model"},
+        "fc": {"num_groups": 16},
+        "oracle": {},
+    },
+    source=("'Provably personalized' paper Table 1: K=4 x 75 clients, FC with 16 subgroups and "
+        "the 20th-percentile radius, one gradient step per round; the model (IFCA's MLP), lr, "
+        "rounds and batch size are unstated (choices here)"))
 def personalized_mnist(key, *, num_clusters: int = 4, clients_per_cluster: int = 75,
                        task: str = "rotation", n: int | None = None, n_test: int | None = None,
                        views: bool = True, data_dir=None, source: str = "auto",
@@ -368,6 +442,13 @@ def personalized_mnist(key, *, num_clusters: int = 4, clients_per_cluster: int =
     shards, cluster k's clients in a contiguous block. task "rotation": images rotated by
     k * 90 degrees; "label": private labels y -> (y + k) mod 10. n / n_test default to an
     equal share of the 60k / 10k images (200 / 33 at N = 300; unstated in the paper).
+
+    num_clusters: number of true clusters k
+    clients_per_cluster: clients in each cluster
+    task: "rotation" (cluster k's images rotated by k * 90 degrees) or "label" (private
+    labels y -> (y + k) mod 10)
+    n: training examples per client
+    n_test: test examples per client (None: as the construction gives)
     """
     if task not in ("rotation", "label"):
         raise ValueError(f"task must be 'rotation' or 'label', got {task!r}")
@@ -382,6 +463,14 @@ def personalized_mnist(key, *, num_clusters: int = 4, clients_per_cluster: int =
                                    views=views, values=values)
 
 
+@paper_defaults(
+    model="resnet9",
+    rounds=2400,
+    training={"lr": 0.5, "momentum": 0.9, "weight_decay": 0.0005, "steps": 1, "batch_size": 100},
+    algorithms={"fedavg": {}, "local": {}, "ifca": {"num_clusters": 2, "option": "model"}},
+    source=("SR-FCA paper and code: ResNet9, SGD lr 0.5, momentum 0.9, wd 5e-4, batch 100, 2400 "
+        "one-step rounds (the code's one-cycle schedule, label smoothing and augmentation are "
+        "not applied)"))
 def srfca_rotated_cifar10(key, *, num_chunks: int = 16, keep_chunks: int = 8,
                           views: bool = True, data_dir=None, source: str = "auto",
                           download: bool = False):
@@ -390,7 +479,10 @@ def srfca_rotated_cifar10(key, *, num_chunks: int = 16, keep_chunks: int = 8,
 
     The paper's m = 32 with 50% participation is, in the authors' code, this fixed random
     half of the clients: keep_chunks = num_chunks gives all 32 clients, and per-round
-    participation is then a training setting."""
+    participation is then a training setting.
+
+    num_chunks: chunks each cluster's set is cut into
+    keep_chunks: chunks kept per cluster (clients per cluster)"""
     x, y, xt, yt, values = _source("cifar10", data_dir, source, download, views)
     return chunked_clusters(x, y, xt, yt, numpy_rng(key),
                             cluster_transforms=[rotation(0), rotation(2)],
@@ -398,6 +490,12 @@ def srfca_rotated_cifar10(key, *, num_chunks: int = 16, keep_chunks: int = 8,
                             keep_chunks=keep_chunks, views=views, values=values)
 
 
+@paper_defaults(
+    model="resnet9",
+    rounds=2400,
+    training={"lr": 0.5, "momentum": 0.9, "weight_decay": 0.0005, "steps": 1, "batch_size": 100},
+    algorithms={"fedavg": {}, "local": {}, "ifca": {"num_clusters": 2, "option": "model"}},
+    source="as srfca-rotated-cifar10 (SR-FCA paper and code)")
 def srfca_label_cifar10(key, *, num_chunks: int = 8, keep_chunks: int = 8, views: bool = True,
                         data_dir=None, source: str = "auto", download: bool = False):
     """SR-FCA label CIFAR-10: cluster 0 holds classes 0-6, cluster 1 classes 3-9 (4 shared),
@@ -405,7 +503,10 @@ def srfca_label_cifar10(key, *, num_chunks: int = 8, keep_chunks: int = 8, views
     all kept -> 16 clients, the same fixed "50% of m = 32" as ``srfca_rotated_cifar10``.
     The authors' code's 16-chunks-keep-8 construction is num_chunks=16, keep_chunks=8
     (n = 2,187, which does not match the paper's n). (That code filters {0-5} / {4-9} and
-    overwrites data between clusters, a bug not reproduced.)"""
+    overwrites data between clusters, a bug not reproduced.)
+
+    num_chunks: chunks each cluster's set is cut into
+    keep_chunks: chunks kept per cluster (clients per cluster)"""
     x, y, xt, yt, values = _source("cifar10", data_dir, source, download, views)
     return chunked_clusters(x, y, xt, yt, numpy_rng(key),
                             cluster_transforms=[ClusterTransform(), ClusterTransform()],
@@ -414,27 +515,57 @@ def srfca_label_cifar10(key, *, num_chunks: int = 8, keep_chunks: int = 8, views
                             values=values)
 
 
+@paper_defaults(
+    model="cifar-cnn",
+    rounds=600,
+    training={"lr": 0.25, "lr_decay": 0.99, "steps": 50, "batch_size": 50, "participation": 0.1},
+    algorithms={"fedavg": {}, "local": {}, "ifca": {"num_clusters": 2, "option": "model"}},
+    source=("IFCA paper Sec. 3.3: 10% participation, lr x0.99 per round, batch 50; the authors' "
+        "code: lr0=0.25, 5 local epochs (50 steps), 600 rounds. Augmentation is not applied"))
 def ifca_rotated_cifar10(key, *, num_clients: int = 200, n: int = 500, n_test: int | None = None,
                          views: bool = True, replace: bool = False, data_dir=None,
                          source: str = "auto", download: bool = False):
     """IFCA rotated CIFAR-10: k = 2 (0 / 180 degrees), m = 200 clients of n = 500 images,
     whole-set construction (m_test = 40 machines of 500 -> 20 per cluster). Augmentation
-    (crop, flip) and the 10% participation are training settings, not data. replace: as
-    ``ifca_rotated_mnist``."""
+    (crop, flip) and the 10% participation are training settings, not data. replace: True
+    draws each client's images with replacement from the whole set (m unbounded).
+
+    num_clients: number of clients m
+    n: training examples per client
+    n_test: test examples per client (None: as the construction gives)"""
     x, y, xt, yt, values = _source("cifar10", data_dir, source, download, views)
     return whole_set_clusters(x, y, xt, yt, numpy_rng(key), cluster_transforms=rotations(2),
                               num_clients=num_clients, n=n, n_test=n_test, views=views,
                               values=values, replace=replace)
 
 
+@paper_defaults(
+    model="mlp",
+    model_args={"hidden": [200]},
+    rounds=50,
+    training={"lr": 0.1, "steps": 10},
+    algorithms={
+        "fedavg": {},
+        "local": {},
+        "ifca": {"num_clusters": 4, "option": "model", "restarts": 3},
+        "oracle": {},
+    },
+    source=("IFCA rotated-MNIST settings (MLP hidden 200, tau=10 full-batch steps, gamma=0.1, "
+        "option II) on sklearn's 8x8 digits; 50 rounds"))
 def rotated_digits(key, *, num_clusters: int = 4, num_clients: int = 40, n: int = 100,
                    n_test: int = 40, test_fraction: float = 0.25, views: bool = False,
                    replace: bool = False):
     """Rotated 8x8 digits (scikit-learn's bundled 1,797 images, no download): the IFCA
     whole-set rotation recipe on a random (1 - test_fraction) / test_fraction split.
     Images [N, n, 8, 8, 1] in [0, 1]; runs in seconds. views: True keeps the raw 0..16
-    pixel values once as uint8 (``FederatedViews``, value table b / 16); replace: as
-    ``ifca_rotated_mnist``."""
+    pixel values once as uint8 (``FederatedViews``, value table b / 16); replace: True
+    draws each client's images with replacement from the whole set (m unbounded).
+
+    num_clusters: number of true clusters k
+    num_clients: number of clients m
+    n: training examples per client
+    n_test: test examples per client (None: as the construction gives)
+    test_fraction: share held out for testing"""
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
     x, y = load_digits_images(scale=not views)
@@ -465,6 +596,20 @@ def _natural(name, key, num_clients, lists, num_classes, dtype):
                              num_classes=num_classes, dtype=dtype)
 
 
+@paper_defaults(
+    model="femnist-cnn",
+    data={"num_clients": 50},
+    rounds=200,
+    training={"lr": 0.04, "steps": 5, "batch_size": 100},
+    algorithms={
+        "fedavg": {},
+        "local": {},
+        "ifca": {"num_clusters": 4, "option": "model"},
+        "srfca": {"beta": 0.2092, "one_shot_steps": 1000, "rounds_per_refine": 200, "rounds": 2},
+    },
+    source=("SR-FCA paper and code: 50 writers, CNN, SGD lr 0.04, batch 100, 200 rounds x 5 local "
+        "steps, IFCA K=4, SR-FCA beta 0.2092, ONE_SHOT 1000 steps, 2 REFINE steps (lambda: "
+        "tune it, --set srfca.lam=...)"))
 def femnist(key, *, num_clients: int | None = None, data_dir=None) -> FederatedData:
     """FEMNIST from LEAF JSON: one client per writer, LEAF's per-user train/test split,
     62 classes, x [N, n_max, 28, 28, 1] (1.0 = white background, as LEAF stores it),
@@ -473,6 +618,20 @@ def femnist(key, *, num_clients: int | None = None, data_dir=None) -> FederatedD
                     np.float32)
 
 
+@paper_defaults(
+    model="shakespeare-lstm",
+    data={"num_clients": 50},
+    rounds=6,
+    training={"lr": 0.8, "steps": 400, "batch_size": 10},
+    algorithms={
+        "fedavg": {},
+        "local": {},
+        "ifca": {"num_clusters": 3, "option": "model"},
+        "srfca": {"beta": 0.15, "lam_quantile": 0.25, "one_shot_steps": 2400, "rounds_per_refine": 6, "rounds": 2},
+    },
+    source=("SR-FCA paper and code: 50 speakers, 2-layer LSTM(256), SGD lr 0.8, batch 10, 6 "
+        "rounds x 400 local steps, IFCA K=3, SR-FCA beta 0.15, lambda the 25th percentile of "
+        "ONE_SHOT distances, ONE_SHOT 2400 steps, 2 REFINE steps"))
 def shakespeare(key, *, num_clients: int | None = None, data_dir=None,
                 subdir: str | None = None, train_fraction: float = 0.9,
                 gap: int = 79) -> FederatedData:
@@ -480,7 +639,12 @@ def shakespeare(key, *, num_clients: int | None = None, data_dir=None,
     LEAF's 80 symbols; x int32 tokens [N, n_max, 80], y [N, n_max]. With LEAF's train/ and
     test/ folders their split is used; a folder without a split (``subdir="derived"``) is
     split per speaker in time order: the first ``train_fraction`` of the windows for
-    training, then ``gap`` windows skipped, the rest for testing."""
+    training, then ``gap`` windows skipped, the rest for testing.
+
+    num_clients: number of clients m
+    subdir: LEAF folder inside the data folder
+    train_fraction: share of each speaker's windows used for training
+    gap: windows skipped between train and test"""
     lists = load_leaf_clients("shakespeare", data_dir, subdir=subdir,
                               train_fraction=train_fraction, gap=gap)
     return _natural("shakespeare", key, num_clients, lists, 80, np.int32)
@@ -503,10 +667,20 @@ def _split_base(rng, x, y, xt, yt, test_fraction=0.25):
     return x[perm[n_te:]], y[perm[n_te:]], x[perm[:n_te]], y[perm[:n_te]]
 
 
+@paper_defaults(
+    model="mlp",
+    model_args={"hidden": [200]},
+    rounds=50,
+    training={"lr": 0.1, "steps": 10},
+    algorithms={"fedavg": {}, "local": {}},
+    source="generic partition (no paper): MLP hidden 200, 10 full-batch steps, lr 0.1")
 def iid_partition(key, *, dataset: str = "digits", num_clients: int = 10, data_dir=None,
                   source: str = "auto", download: bool = False) -> FederatedData:
     """IID shards of a standard dataset (digits, mnist, fashion_mnist, cifar10, emnist):
-    train and test sets shuffled and cut into equal disjoint shards; cluster -1."""
+    train and test sets shuffled and cut into equal disjoint shards; cluster -1.
+
+    dataset: source set: digits, mnist, fashion_mnist, cifar10 or emnist
+    num_clients: number of clients m"""
     rng = numpy_rng(key)
     x, y, xt, yt = _split_base(rng, *_base(dataset, data_dir, source, download))
     parts = partition.iid_shards(len(x), num_clients, rng)
@@ -516,11 +690,22 @@ def iid_partition(key, *, dataset: str = "digits", num_clients: int = 10, data_d
                              task="classification", num_classes=int(y.max()) + 1)
 
 
+@paper_defaults(
+    model="mlp",
+    model_args={"hidden": [200]},
+    rounds=50,
+    training={"lr": 0.1, "steps": 10},
+    algorithms={"fedavg": {}, "local": {}, "ifca": {"num_clusters": 2, "option": "model"}},
+    source="generic partition (no paper): MLP hidden 200, 10 full-batch steps, lr 0.1")
 def dirichlet_partition(key, *, dataset: str = "digits", num_clients: int = 10,
                         alpha: float = 0.5, data_dir=None, source: str = "auto",
                         download: bool = False) -> FederatedData:
     """Dirichlet label skew (concentration ``alpha``) of a standard dataset; each client's
-    test split follows its train label mix (same proportions). Ragged, padded; cluster -1."""
+    test split follows its train label mix (same proportions). Ragged, padded; cluster -1.
+
+    dataset: source set: digits, mnist, fashion_mnist, cifar10 or emnist
+    num_clients: number of clients m
+    alpha: Dirichlet concentration (smaller: more label skew)"""
     rng = numpy_rng(key)
     x, y, xt, yt = _split_base(rng, *_base(dataset, data_dir, source, download))
     k = int(y.max()) + 1
@@ -534,6 +719,10 @@ def dirichlet_partition(key, *, dataset: str = "digits", num_clients: int = 10,
 for _recipe in (ifca_rotated_mnist, srfca_rotated_mnist, srfca_inverted_mnist, personalized_mnist,
                 srfca_rotated_cifar10, srfca_label_cifar10, ifca_rotated_cifar10):
     _recipe.__doc__ += _VIEWS_DOC
+for _recipe in (ifca_rotated_mnist, srfca_rotated_mnist, srfca_inverted_mnist, personalized_mnist,
+                srfca_rotated_cifar10, srfca_label_cifar10, ifca_rotated_cifar10, femnist,
+                shakespeare, iid_partition, dirichlet_partition):
+    _recipe.__doc__ += FILES_DOC
 
 RECIPES = {
     "rotated-digits": rotated_digits,

@@ -15,6 +15,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from fedclust_jax.data.defaults import paper_defaults
 from fedclust_jax.data.federated import FederatedData
 from fedclust_jax.data.synthetic import regression_draws
 
@@ -43,6 +44,16 @@ def unit_bernoulli(key, k: int, d: int, norm: float = 1.0, tries: int = 8) -> ja
     return norm * b / jnp.where(n > 0, n, 1.0)
 
 
+@paper_defaults(
+    model="linear",
+    rounds=300,
+    training={"lr": 0.01, "steps": 1},
+    algorithms={
+        "brifca": {"num_clusters": 5},
+        "ifca": {"num_clusters": 5, "option": "gradient"},
+        "three-stage": {"num_clusters": 5},
+    },
+    source="BR-IFCA paper Fig. 1: k=5, m=200, d=50, 300 iterations, lr 0.01 (code)")
 def brifca_regression(key, *, num_clients: int = 200, num_clusters: int = 5,
                       byz_frac: float = 0.05, dim: int = 50, samples_per_client: int = 100,
                       test_samples_per_client: int = 100, noise_var: float = 0.2,
@@ -52,6 +63,15 @@ def brifca_regression(key, *, num_clients: int = 200, num_clusters: int = 5,
     m_b = round(byz_frac * m) Byzantine machines come last (true cluster -1); the m - m_b
     honest machines are split equally over the k clusters (the paper: 38 per cluster, e.g.
     m = 200, k = 5, alpha = 0.05). ``true_params``: theta* [k, d]. x [m, n, d], y [m, n].
+
+    num_clients: number of clients m
+    num_clusters: number of true clusters k
+    byz_frac: fraction of Byzantine machines
+    dim: feature dimension d
+    samples_per_client: training examples per client
+    test_samples_per_client: test examples per client
+    noise_var: label noise variance sigma^2
+    byz_norm: norm of the Byzantine machines' parameters
     """
     if num_clusters < 1 or dim < 1 or samples_per_client < 1 or test_samples_per_client < 1:
         raise ValueError("num_clusters, dim and sample counts must be >= 1")
@@ -99,10 +119,19 @@ def blobs(key, *, num_points: int = 90, num_clusters: int = 10, dim: int = 10,
     return points, labels, centers
 
 
+@paper_defaults(
+    unsupported=("it is the threshold-clustering paper's point set (Fig. 4, one point per client); use "
+        "fedclust_jax.core.threshold_clustering.threshold_clustering on it"))
 def threshold_blobs(key, *, num_points: int = 90, num_clusters: int = 10, dim: int = 10,
                     std: float = 1.0, center_seed: int = 0) -> FederatedData:
     """The blobs as federated data: client i holds one point x [N, 1, dim] (target 0);
-    ``cluster`` = blob label, ``true_params`` = centers [K, dim]."""
+    ``cluster`` = blob label, ``true_params`` = centers [K, dim].
+
+    num_points: number of points (clients)
+    num_clusters: number of true clusters k
+    dim: feature dimension d
+    std: blob standard deviation
+    center_seed: seed of the blob centres"""
     points, labels, centers = blobs(key, num_points=num_points, num_clusters=num_clusters,
                                     dim=dim, std=std, center_seed=center_seed)
     x = points[:, None, :]

@@ -22,6 +22,11 @@ from pathlib import Path
 import numpy as np
 
 ENV_VAR = "FEDCLUST_DATA"
+
+FILES_DOC = """
+    data_dir: folder holding the dataset's files (else $FEDCLUST_DATA);
+    source: where the images come from, "auto" (local files, then TFDS), "local" or "tfds";
+    download: let TFDS download the data when the network allows."""
 TFDS_NAMES = ("mnist", "fashion_mnist", "cifar10", "emnist")
 IDX_NAMES = ("mnist", "fashion_mnist")
 SOURCES = ("auto", "local", "tfds")

@@ -8,6 +8,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from fedclust_jax.data.defaults import paper_defaults
 from fedclust_jax.data.federated import FederatedData
 
 THETA_SCALINGS = ("norm", "multiply")
@@ -55,6 +56,17 @@ def regression_draws(key, theta_per_client, n: int, noise_std):
     return x, y
 
 
+@paper_defaults(
+    model="linear",
+    rounds=300,
+    training={"lr": 0.01, "steps": 10},
+    algorithms={
+        "fedavg": {},
+        "local": {},
+        "ifca": {"num_clusters": 2, "option": "gradient", "lr": 0.1, "restarts": 10},
+    },
+    source=("IFCA paper Sec. 3.1 / Fig. 3(a): k=2, m=100, n=100, d=1000, 300 rounds, option I, "
+        "gamma=0.1 from the sweep {0.01, 0.1, 1}, 10 random restarts"))
 def mixed_linear_regression(key, *, num_clients: int = 100, num_clusters: int = 2,
                             samples_per_client: int = 100, test_samples_per_client: int = 100,
                             dim: int = 1000, noise_std: float = 0.1, separation: float = 1.0,
@@ -64,6 +76,15 @@ def mixed_linear_regression(key, *, num_clients: int = 100, num_clusters: int = 
     theta*_j: Bernoulli(0.5)^d scaled by ``separation`` under ``scaling`` (see
     ``bernoulli_theta``: "norm" is the paper's R, "multiply" the code's r). Equal cluster
     sizes; ``true_params`` holds theta* [k, d]. Shapes: x [m, n, d], y [m, n].
+
+    num_clients: number of clients m
+    num_clusters: number of true clusters k
+    samples_per_client: training examples per client
+    test_samples_per_client: test examples per client
+    dim: feature dimension d
+    noise_std: label / feature noise standard deviation
+    separation: cluster separation R
+    scaling: how the separation scales the centres: "norm" or "multiply"
     """
     _check_positive(num_clients=num_clients, samples_per_client=samples_per_client,
                     test_samples_per_client=test_samples_per_client, dim=dim,
@@ -94,6 +115,18 @@ def mixture_draws(key, centres, cluster, n: int, noise_std):
     return x, ((c + cluster[:, None]) % num_classes).astype(jnp.int32)
 
 
+@paper_defaults(
+    model="mlp",
+    model_args={"hidden": [64]},
+    rounds=50,
+    training={"lr": 0.1, "steps": 5},
+    algorithms={
+        "fedavg": {},
+        "local": {},
+        "ifca": {"num_clusters": 4, "option": "model", "restarts": 3},
+        "oracle": {},
+    },
+    source="this package's concept-shift mixture (no paper): MLP 20-64-10, option II")
 def gaussian_mixture_classification(key, *, num_clients: int = 100, num_clusters: int = 4,
                                     samples_per_client: int = 100,
                                     test_samples_per_client: int = 100, dim: int = 20,
@@ -103,6 +136,15 @@ def gaussian_mixture_classification(key, *, num_clients: int = 100, num_clusters
     (norm about ``class_separation``); a point of class c is mu_c + N(0, noise_std^2 I), and
     in cluster j it is labelled (c + j) mod C. One model cannot fit two clusters; a model per
     cluster can. Equal cluster sizes, uniform classes. x [m, n, d], y int32[m, n].
+
+    num_clients: number of clients m
+    num_clusters: number of true clusters k
+    samples_per_client: training examples per client
+    test_samples_per_client: test examples per client
+    dim: feature dimension d
+    num_classes: number of classes
+    class_separation: norm of the class centres
+    noise_std: label / feature noise standard deviation
     """
     _check_positive(num_clients=num_clients, samples_per_client=samples_per_client,
                     test_samples_per_client=test_samples_per_client, dim=dim,

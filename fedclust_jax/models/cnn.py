@@ -149,12 +149,20 @@ def _image_shape(data, what):
 
 
 def femnist_cnn_for(data, conv: str = "auto") -> Model:
-    """Registry builder: FEMNIST CNN sized for ``data`` (classes, side, channels)."""
+    """The FEMNIST CNN (LEAF's: two 5x5 convolutions with max pooling, a 2048-unit dense
+    layer) sized for ``data``'s classes, image side and channels.
+
+    conv: how convolutions run, "auto" (chosen per backend), "native" or "patches"
+    (``models.layers``)."""
     size, _, channels = _image_shape(data, "femnist-cnn")
     return femnist_cnn(data.num_classes, size=size, channels=channels, conv=conv)
 
 
 def cifar_cnn_for(data, crop: int | None = 24, conv: str = "auto") -> Model:
-    """Registry builder: IFCA CIFAR CNN sized for ``data``; ``crop``: centre-crop side."""
+    """IFCA's CIFAR-10 CNN sized for ``data``'s classes, image side and channels.
+
+    crop: side of the centre crop fed to the network (None: no crop);
+    conv: how convolutions run, "auto" (chosen per backend), "native" or "patches"
+    (``models.layers``)."""
     size, _, channels = _image_shape(data, "cifar-cnn")
     return cifar_cnn(data.num_classes, size=size, channels=channels, crop=crop, conv=conv)

@@ -75,7 +75,11 @@ def shakespeare_lstm(vocab: int = 80, *, embed: int = 8, hidden: int = 256,
 
 
 def shakespeare_lstm_for(data, embed: int = 8, hidden: int = 256, layers: int = 2) -> Model:
-    """Registry builder: the vocabulary is ``data.num_classes`` (80 for LEAF Shakespeare)."""
+    """The Shakespeare next-character LSTM over ``data.num_classes`` symbols (80 for LEAF
+    Shakespeare).
+
+    embed: character embedding size; hidden: units of each LSTM layer; layers: stacked
+    LSTM layers."""
     if len(data.feature_shape) != 1:
         raise ValueError(f"shakespeare-lstm needs token sequences [L], data has features "
                          f"{data.feature_shape}")

@@ -302,7 +302,13 @@ def resnet9(num_classes: int = 10, *, variant: str = "page", width: int = 64,
 
 def resnet9_for(data, variant: str = "page", width: int = 64,
                 conv: str = "auto") -> StatefulModel:
-    """Registry builder: ResNet9 with ``data``'s classes and channels."""
+    """ResNet9 with BatchNorm (the SR-FCA CIFAR-10 model) for ``data``'s classes and
+    channels.
+
+    variant: "page" (Page 2018's ResNet9) or "srfca" (the SR-FCA authors' code);
+    width: channels of the first block (64 in both variants; every count scales with it);
+    conv: how convolutions run, "auto" (chosen per backend), "native" or "patches"
+    (``models.layers``)."""
     shape = tuple(data.feature_shape)
     if len(shape) != 3:
         raise ValueError(f"resnet9 needs images [H, W, C], data has features {shape}")
