@@ -226,7 +226,7 @@ def _pool_points(key, pools, num_clients, points_per_client, fill, heterogeneity
     rounds=20,
     algorithms={"kfed": {"num_clusters": 4}, "uifca": {"num_clusters": 4}},
     source=("Chung's thesis, Tables 4.2 / 4.3: rotated digit 2, K = 4 rotations, n = K clients; "
-        "benchmarks/uifca/ holds each table's settings"))
+        "fedclust_jax/studies/uifca/ holds each table's settings"))
 def mnist_points(key, *, task: str = "rotated", digits: list = (2,), heterogeneity: float = 1.0,
                  num_clients: int | None = None, points_per_client: int | None = None,
                  fill: float = 0.95, random_background: bool = False, source: str = "mnist",
