@@ -2,14 +2,15 @@
 
 Public extension API: ``register_algorithm``, ``register_dataset``, ``register_model``
 (``fedclust_jax.registration``) and a dataset's ``paper_defaults`` / ``DatasetDefaults``
-(``fedclust_jax.data.defaults``); imported on first use, so ``import fedclust_jax`` stays
-cheap.
+(``fedclust_jax.data.defaults``); a saved run's ``load_trained`` (``fedclust_jax.trained``).
+Imported on first use, so ``import fedclust_jax`` stays cheap.
 """
 
 __version__ = "0.1.0"
 
 _REGISTRATION = ("register_algorithm", "register_dataset", "register_model")
 _DEFAULTS = ("paper_defaults", "DatasetDefaults")
+_TRAINED = ("load_trained", "Trained")
 
 
 def __getattr__(name):
@@ -19,7 +20,10 @@ def __getattr__(name):
     if name in _DEFAULTS:
         from fedclust_jax.data import defaults
         return getattr(defaults, name)
+    if name in _TRAINED:
+        from fedclust_jax import trained
+        return getattr(trained, name)
     raise AttributeError(f"module 'fedclust_jax' has no attribute {name!r}")
 
 
-__all__ = ["__version__", *_REGISTRATION, *_DEFAULTS]
+__all__ = ["__version__", *_REGISTRATION, *_DEFAULTS, *_TRAINED]

@@ -218,7 +218,12 @@ def add_common(p: argparse.ArgumentParser):
     g.add_argument("--output", help="write results (command, config, metrics, history) to this JSON file: "
                                     "run writes one result object, compare a list of them; a file that "
                                     "is not run / compare results is kept and they go to <stem>-<n>.json")
-    g.add_argument("--overwrite", action="store_true", help="replace --output whatever made it")
+    g.add_argument("--save-state", metavar="FILE", help="write the chosen restart's final state "
+                   "(cluster models, assignment, per-client test metrics) to this .npz (several "
+                   "algorithms: <stem>-<label>.npz); fedclust_jax.load_trained(FILE) reads it "
+                   "back (format: fedclust_jax/trained.py)")
+    g.add_argument("--overwrite", action="store_true", help="replace --output or --save-state "
+                   "whatever made it")
     g.add_argument("--no-progress", action="store_true", help="no progress reports (they go to stderr at "
                                                                "least every 10 s, or every round)")
 
@@ -414,6 +419,10 @@ def check_paths(args, labels: list[str]):
     from fedclust_jax.results import check_output_path
     if args.output:
         check_output_path(args.output, "--output", kind="results", overwrite=args.overwrite)
+    if args.save_state:
+        for label, path in checkpoint_paths(args.save_state, labels).items():
+            check_output_path(path, "--save-state", example="state.npz", kind="trained",
+                              overwrite=args.overwrite)
     if args.checkpoint:
         for path in checkpoint_paths(args.checkpoint, labels).values():
             if os.path.isdir(path) or not os.path.exists(path):
@@ -609,7 +618,8 @@ def _main(argv, state: RunState) -> int:
                 print(format_settings(planned_settings(configs, data)), flush=True)
             state.label = label
         results = run_study(study, progress=not args.no_progress, checkpoint=args.checkpoint,
-                            devices=devices, on_start=on_start)
+                            devices=devices, on_start=on_start,
+                            keep_state=bool(args.save_state))
     except (ValueError, FileNotFoundError) as e:
         return error(e)
     except MemoryError as e:
@@ -647,6 +657,13 @@ def _main(argv, state: RunState) -> int:
             print(f"fedclust-jax: warning: {r['algorithm']} diverged ({bad[0]} is NaN); lower its "
                   "learning rate", file=sys.stderr)
             code = 1
+    if args.save_state:
+        from fedclust_jax.results import output_target
+        paths = checkpoint_paths(args.save_state, [r["algorithm"] for r in results])
+        for r in results:
+            path = output_target(paths[r["algorithm"]], "trained", args.overwrite)
+            r.pop("trained").save(path)
+            print(f"{r['algorithm']}: final state written to {path}")
     if args.output:   # run: the result object; compare: a list of them; each names its command
         written = [{"command": command_line, **r} for r in results]
         written = written[0] if args.command == "run" else written

@@ -285,16 +285,21 @@ def end_of_run(alg, states, data, restarts: int, to_host=lambda tree: tree):
 
 def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
                    checkpoint: str | None = None, devices: int | None = None,
-                   memory_limit: int | None = None, label: str | None = None) -> dict:
+                   memory_limit: int | None = None, label: str | None = None,
+                   keep_state: bool = False) -> dict:
     """Builds data (unless given), model and algorithm, runs, evaluates. Returns a JSON-able
     dict: config, metrics (of the restart with the lowest training objective), restart
-    diagnostics, per-round history and wall time.
+    diagnostics, per-round history (the algorithm's round metrics), wall time and, with
+    ``eval_every``, curves (the evaluation records plus the scalar round metrics).
 
     checkpoint: .npz path saved after every chunk and resumed from if present.
     devices: split the clients over this many devices (a ``clients`` mesh; None = one).
     memory_limit: bytes the run may use (default: the device's free memory); the run is
     refused before compiling when the estimate exceeds it (``resolve_layout``).
     label: the name progress lines give (a study's label; default the algorithm's name).
+    keep_state: also return "trained", the chosen restart's ``trained.Trained`` (cluster
+    models, assignment, per-client metrics, ``predict``, ``save``); not JSON, so drop it
+    before writing the dict as JSON.
     The result's "layout" records the client layout used and the memory estimate.
     """
     if data is None:
@@ -338,7 +343,13 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
     }
     if cfg.eval_every:
         out["curves"] = curves_from_records({k: v[chosen] for k, v in records.items()}, done,
-                                            eval_spec(alg, host_data))
+                                            eval_spec(alg, host_data),
+                                            {k: v[chosen] for k, v in history.items()})
+    if keep_state:
+        from fedclust_jax.trained import from_evaluation
+        state = jax.device_get(jax.tree.map(lambda a: a[chosen], to_host(states)))
+        out["trained"] = from_evaluation(label or cfg.algorithm, cfg.to_dict(), alg.model,
+                                         host_data, evaluation(chosen), state)
     return out
 
 
@@ -430,7 +441,7 @@ def check_fits_data(label: str, cfg: ExperimentConfig, data):
 
 
 def run_study(study: dict, *, progress: bool = True, checkpoint: str | None = None,
-              devices: int | None = None, on_start=None) -> list[dict]:
+              devices: int | None = None, on_start=None, keep_state: bool = False) -> list[dict]:
     """Runs every algorithm of a study on the same data (same seed), returns the results,
     each with "effective" (every parameter as run, the model) and "environment" (versions,
     backend, device) added.
@@ -438,6 +449,7 @@ def run_study(study: dict, *, progress: bool = True, checkpoint: str | None = No
     checkpoint: a path; with one algorithm exactly that file, with several
     ``<stem>-<label>.npz`` each (``checkpoint_paths``).
     on_start: called with (label, config, data) before each algorithm runs.
+    keep_state: each result also holds "trained" (``run_experiment``'s).
     """
     from fedclust_jax.algorithms.registry import effective_params
     from fedclust_jax.models.registry import DEFAULT_MODEL
@@ -453,7 +465,7 @@ def run_study(study: dict, *, progress: bool = True, checkpoint: str | None = No
         if on_start is not None:
             on_start(label, cfg, data)
         r = run_experiment(cfg, data=data, progress=progress, checkpoint=paths[label],
-                           devices=devices, label=label)
+                           devices=devices, label=label, keep_state=keep_state)
         r["algorithm"] = label
         r["effective"] = {"dataset": cfg.dataset, "data": effective_data(cfg),
                           "model": cfg.model or DEFAULT_MODEL[data.task],

@@ -185,10 +185,14 @@ def split_history(history: dict, rounds: list[int], start: int = 0) -> tuple[dic
     return hist, recs
 
 
-def curves_from_records(records: dict, rounds: list[int], spec: dict) -> dict:
+def curves_from_records(records: dict, rounds: list[int], spec: dict,
+                        history: dict | None = None) -> dict:
     """{"round": [...], metric: [...]} from the recorded points (numpy [T, ...] each; T =
     len(rounds)): the client means, num_clusters_found and cluster_sizes, and from the
-    contingency tables misclustering, ARI and (points) purity."""
+    contingency tables misclustering, ARI and (points) purity. history: the algorithm's own
+    per-round metrics {name: [rounds_run]} (``round``'s metrics dict, the first run round
+    being round 1); each scalar one joins the curves at the same rounds (a name the
+    evaluation already records is left to it)."""
     out = {"round": list(rounds)}
     for k, v in records.items():
         if k in ("table", "cluster_sizes"):
@@ -204,4 +208,8 @@ def curves_from_records(records: dict, rounds: list[int], spec: dict) -> dict:
             out["purity"] = [metrics.purity_from_table(t) for t in tables]
         out["misclustering"] = [metrics.misclustering_from_table(t) for t in tables]
         out["ari"] = [metrics.ari_from_table(t) for t in tables]
+    for name, values in (history or {}).items():
+        values = np.asarray(values)
+        if name not in out and values.ndim == 1 and np.issubdtype(values.dtype, np.number):
+            out[name] = [float(values[t - 1]) for t in rounds]
     return out

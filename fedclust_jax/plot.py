@@ -49,6 +49,9 @@ FINAL_METRICS = {"test_acc": "test accuracy", "test_loss": "test loss",
                  "purity": "purity", "assigned_test_loss": "assigned test loss",
                  "train_loss": "training loss"}
 ALIASES = {"num_clusters": "num_clusters_found", "num_clusters_found": "num_clusters"}
+# what the evaluation records besides CURVE_METRICS: not drawn (an algorithm's own round
+# metrics, under other names, are)
+EVAL_ONLY = {"assigned_test_loss", "assigned_test_acc", "num_clusters_found", "cluster_sizes"}
 # sweep columns that are neither swept parameters nor metrics
 RESERVED = {"algorithm", "label", "seed", "curves", "history", "point", "config", "effective",
             "environment", "restarts", "layout", "data", "metrics", "wall_s", "seconds",
@@ -121,16 +124,23 @@ def _num(v) -> float:
     return float("nan") if v is None or isinstance(v, (str, bool)) else float(v)
 
 
+def _scalars(vals) -> bool:
+    return isinstance(vals, list) and bool(vals) and all(
+        v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in vals)
+
+
 def _clean_curves(curves, history=None) -> dict:
-    """{"round": [...], metric: [...]} with None kept as NaN; "train_loss" from the history
-    (rounds 1..T) when the curves do not hold it; "num_clusters" from "cluster_sizes"."""
+    """{"round": [...], metric: [...]} with None kept as NaN: every scalar curve (the
+    evaluation's and an algorithm's own round metrics); from the history (rounds 1..T)
+    each scalar round metric the curves do not hold, with its rounds in "<name>_round";
+    "num_clusters" from "cluster_sizes"."""
     out = {}
     curves = curves if isinstance(curves, dict) else {}
     rounds = curves.get("round")
     if isinstance(rounds, list) and rounds:
-        for key in CURVE_METRICS:
-            vals = curves.get(key)
-            if isinstance(vals, list) and len(vals) == len(rounds):
+        for key, vals in curves.items():
+            if (key != "round" and key not in EVAL_ONLY and _scalars(vals)
+                    and len(vals) == len(rounds)):
                 out[key] = [_num(v) for v in vals]
         sizes = curves.get("cluster_sizes")
         if "num_clusters" not in out and isinstance(sizes, list) and len(sizes) == len(rounds):
@@ -138,11 +148,10 @@ def _clean_curves(curves, history=None) -> dict:
                                    else float("nan") for row in sizes]
         if out:
             out["round"] = [int(r) for r in rounds]
-    loss = (history or {}).get("train_loss") if isinstance(history, dict) else None
-    if isinstance(loss, list) and loss:
-        if "train_loss" not in out:
-            out["train_loss_round"] = list(range(1, len(loss) + 1))
-            out["train_loss"] = [_num(v) for v in loss]
+    for key, vals in (history.items() if isinstance(history, dict) else ()):
+        if key not in out and _scalars(vals):
+            out[f"{key}_round"] = list(range(1, len(vals) + 1))
+            out[key] = [_num(v) for v in vals]
     return out
 
 
@@ -236,9 +245,17 @@ def swept_params(records: list[dict]) -> list[str]:
 
 
 def curve_metrics(records: list[dict]) -> list[str]:
-    """Curve metrics present (not all NaN) in any record, in panel order."""
-    return [m for m in CURVE_METRICS
-            if any(m in r["curves"] and not np.all(np.isnan(r["curves"][m])) for r in records)]
+    """Curve metrics present (not all NaN) in any record: ``CURVE_METRICS`` in panel order,
+    then an algorithm's own round metrics by name."""
+    held = {m for r in records for m, v in r["curves"].items()
+            if m != "round" and not (m.endswith("_round") and m[:-6] in r["curves"])
+            and not np.all(np.isnan(v))}
+    return [m for m in CURVE_METRICS if m in held] + sorted(held - set(CURVE_METRICS))
+
+
+def curve_label(metric: str) -> str:
+    """A panel's axis label: ``CURVE_METRICS``'s, else the metric's own name."""
+    return CURVE_METRICS.get(metric, metric.replace("_", " "))
 
 
 def final_metrics(records: list[dict]) -> list[str]:
@@ -287,8 +304,7 @@ def mean_curves(records: list[dict], metric: str, by: list[str] | None = None):
             groups[key].append(r)
     out = []
     for key, recs in groups.items():
-        rkey = ("train_loss_round" if metric == "train_loss" and "train_loss_round" in recs[0]["curves"]
-                else "round")
+        rkey = f"{metric}_round" if f"{metric}_round" in recs[0]["curves"] else "round"
         common = set(recs[0]["curves"].get(rkey, []))
         for r in recs[1:]:
             common &= set(r["curves"].get(rkey, []))
@@ -470,7 +486,7 @@ def plot_curves(results, metric: str, ax=None, by: list[str] | None = None,
     lines = [(label, rounds, mean, std if seeds > 1 else None,
               label + (f", {seeds} seeds" if seeds > 1 else ""))
              for label, rounds, mean, std, seeds in mean_curves(records, metric, by)]
-    _draw(ax, lines, metric, colors, lambda x: f"{CURVE_METRICS[metric]} {_rounds(x)}")
+    _draw(ax, lines, metric, colors, lambda x: f"{curve_label(metric)} {_rounds(x)}")
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if metric == "num_clusters":
@@ -480,7 +496,7 @@ def plot_curves(results, metric: str, ax=None, by: list[str] | None = None,
         if counts.size and counts.min() == counts.max():   # flat: whole numbers around it
             ax.set_ylim(counts.min() - 1, counts.max() + 1)
     ax.set_xlabel("round")
-    ax.set_ylabel(CURVE_METRICS[metric])
+    ax.set_ylabel(curve_label(metric))
     return ax
 
 
@@ -574,7 +590,7 @@ def figure(kind: str, records: list[dict], metric: str | None = None, x: str | N
     for ax, (what, name) in zip(axes.flat, panels):
         if what == "curve":
             plot_curves(records, name, ax=ax, colors=colors)
-            ax.set_title(CURVE_METRICS[name])
+            ax.set_title(curve_label(name))
         else:
             plot_sweep(records, name, final, ax=ax, colors=colors)
             ax.set_title(f"final {FINAL_METRICS.get(final, final)} vs {name}")

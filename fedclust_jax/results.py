@@ -51,6 +51,10 @@ def aligned(header: list[str], rows: list[list[str]], first_left: bool = True) -
 
 CURVE_COLUMNS = (("test_acc", "acc"), ("test_loss", "loss"), ("misclustering", "miscl"),
                  ("ari", "ARI"), ("num_clusters_found", "K found"))
+# the evaluation's curve keys; any other scalar curve is an algorithm's own round metric
+EVAL_CURVES = {"round", "test_acc", "test_loss", "assigned_test_acc", "assigned_test_loss",
+               "misclustering", "ari", "num_clusters_found", "cluster_sizes", "purity",
+               "objective"}
 
 
 def _curve_rows(n: int, max_rows: int) -> list[int]:
@@ -65,7 +69,7 @@ def format_curves(results: list[dict], max_rows: int = 20) -> str:
     """One plain-text block per result that holds "curves" (eval_every): a row per
     evaluated round (at most ``max_rows``, evenly spread, the last included; the JSON holds
     every point), columns test accuracy, test loss, misclustering, ARI and non-empty
-    clusters where recorded. The curves are those of the restart chosen by the training
+    clusters where recorded, then the algorithm's own scalar round metrics by name. The curves are those of the restart chosen by the training
     objective. "" when no result has curves."""
     blocks = []
     for r in results:
@@ -73,6 +77,8 @@ def format_curves(results: list[dict], max_rows: int = 20) -> str:
         if not curves or not curves.get("round"):
             continue
         cols = [(k, h) for k, h in CURVE_COLUMNS if curves.get(k) is not None]
+        cols += [(k, k) for k, v in curves.items() if k not in EVAL_CURVES
+                 and isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)]
         n = len(curves["round"])
         shown = _curve_rows(n, max_rows)
         info = r.get("restarts") or {}
@@ -180,7 +186,8 @@ def environment() -> dict:
             "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-KINDS = {"results": "run / compare results", "rows": "sweep rows", "figure": "a plot"}
+KINDS = {"results": "run / compare results", "rows": "sweep rows", "figure": "a plot",
+         "trained": "a saved run state"}
 FIGURE_CREATOR = "fedclust-jax {version} plot"    # a figure's metadata (plot.py) ...
 FIGURE_MARK = re.compile(rb"fedclust-jax [0-9][0-9A-Za-z.+-]* plot")  # ... found in its bytes
 
@@ -204,8 +211,12 @@ def result_kind(obj) -> str | None:
 def written_kind(path: str) -> str | None:
     """What fedclust_jax wrote at ``path``: ``result_kind`` of a JSON file; "rows" for a .csv
     whose header has "algorithm" and "point"; "figure" for an image whose metadata names
-    ``FIGURE_CREATOR``; None for a file it did not write, or none."""
+    ``FIGURE_CREATOR``; "trained" for an .npz that ``trained.load_trained`` reads; None for
+    a file it did not write, or none."""
     try:
+        if path.endswith(".npz") and os.path.isfile(path):
+            from fedclust_jax.trained import is_trained_file
+            return "trained" if is_trained_file(path) else None
         if not os.path.isfile(path) or os.path.getsize(path) > 2**28:
             return None
         if path.endswith(".csv"):
