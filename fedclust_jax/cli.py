@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import shlex
@@ -67,6 +68,10 @@ def load_config(path: str) -> dict:
     if not isinstance(study, dict):
         raise ValueError(f"config file {path!r} must hold a table (dataset, data, rounds, "
                          f"algorithms, ...), got {type(study).__name__}")
+    if not study:
+        raise ValueError(f"config file {path!r} is empty; a study names its dataset and "
+                         "algorithms, e.g. dataset = \"gaussian-mixture\" and "
+                         "[algorithms.fedavg] (README.md, Study files)")
     return study
 
 
@@ -118,6 +123,11 @@ def build_study(args, *, single: bool) -> dict:
     if isinstance(study["data"], dict):
         study["data"].update(parse_pairs(args.data, "--data"))
         if args.data_dir is not None:
+            from fedclust_jax.data.registry import DATASETS
+            dataset = study.get("dataset", "synthetic-regression")
+            if dataset in DATASETS and "data_dir" not in inspect.signature(DATASETS[dataset]).parameters:
+                raise ValueError(f"--data-dir: dataset {dataset!r} reads no files (it is made "
+                                 "in memory); drop --data-dir")
             study["data"]["data_dir"] = args.data_dir
     if args.model is not None and args.model != study.get("model"):
         study["model"] = args.model
@@ -135,10 +145,12 @@ def build_study(args, *, single: bool) -> dict:
             raise ValueError(f"unknown algorithm {missing[0]!r}; the study has {sorted(known)}, "
                              f"available: {', '.join(sorted(ALGORITHMS))}")
         study["algorithms"] = {n: dict(known.get(n) or {}) for n in names}
+    elif not known:
+        raise ValueError(f"the study names no algorithm; add a table such as "
+                         f"[algorithms.fedavg] to {args.config or 'it'} or pass "
+                         + ("--algorithm NAME" if single else "--algorithms A,B")
+                         + " (see `fedclust-jax list`)")
     elif single and len(known) != 1:
-        if not known:
-            raise ValueError("`run` runs one algorithm and the study names none; pass "
-                             "--algorithm NAME (see `fedclust-jax list`)")
         raise ValueError(f"`run` runs one algorithm and the study has {len(known)} "
                          f"({', '.join(known)}); pass --algorithm LABEL, e.g. --algorithm "
                          f"{next(iter(known))}, or use `compare` to run them all")

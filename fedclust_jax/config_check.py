@@ -58,8 +58,12 @@ RANGES = {
 }
 
 # Integers with an upper bound: name -> (largest allowed, why). The round counter of the
-# compiled loop is int32, so a run of 2**31 - 1 rounds or more could not be counted.
-INT_MAX = {"rounds": (2**31 - 2, "the round counter is a 32-bit integer")}
+# compiled loop is int32, so a run of 2**31 - 1 rounds or more could not be counted; seeds
+# are uint32 (a sweep stacks them); every other integer reaches an int32 (counts, shapes,
+# loop lengths) and is bounded by INT32_MAX.
+INT_MAX = {"rounds": (2**31 - 2, "the round counter is a 32-bit integer"),
+           "seed": (2**32 - 1, "seeds are 32-bit unsigned integers")}
+INT32_MAX = (2**31 - 1, "it is counted in 32-bit integers")
 
 # How a message names a value besides its key.
 WORDS = {"lr": "learning rate", "steps": "local steps", "erm_lr": "ERM learning rate",
@@ -238,9 +242,10 @@ def convert(name: str, value, annotation, default=_MISSING, where: str = ""):
                 _fail(where, name, value, annotation, default, "is too small")
             if name == "seed" and value < 0:
                 _fail(where, name, value, annotation, default, "is negative")
-            if name in INT_MAX and value > INT_MAX[name][0]:
-                _fail(where, name, value, annotation, default,
-                      f"is too large ({INT_MAX[name][1]})")
+            most, why = INT_MAX.get(name, INT32_MAX)
+            if value > most:
+                _fail(where, name, value, annotation, default, f"is too large (at most {most}: "
+                      f"{why})")
             return value
         if list in kinds and name in SIZES and isinstance(value, int):
             return convert(name, [value], annotation, default, where)
@@ -254,9 +259,9 @@ def convert(name: str, value, annotation, default=_MISSING, where: str = ""):
             _fail(where, name, value, annotation, default, "is a list")
         if name in SIZES:
             for v in value:
-                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= INT32_MAX[0]:
                     _fail(where, name, value, annotation, default, "has an entry that is not "
-                          "an integer >= 1")
+                          f"an integer in 1..{INT32_MAX[0]}")
         return list(value)
     if isinstance(value, dict):
         if dict in kinds:

@@ -49,9 +49,15 @@ def load_plugins(paths) -> list[str]:
     for path in paths:
         if not path:
             continue
+        if os.path.isdir(path):
+            raise ValueError(f"plugin {path!r} is a folder; give the path of a .py file that "
+                             "registers algorithms, datasets or models")
         if not os.path.isfile(path):
             raise ValueError(f"plugin {path!r} does not exist; give the path of a .py file "
                              "that registers algorithms, datasets or models")
+        if not path.endswith(".py"):
+            raise ValueError(f"plugin {path!r} is not a Python file (.py); give the path of a "
+                             ".py file that registers algorithms, datasets or models")
         name = "fedclust_plugin_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
         if name in sys.modules:
             names.append(name)

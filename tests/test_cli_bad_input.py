@@ -202,3 +202,56 @@ def test_an_npz_of_other_arrays_is_not_a_checkpoint(tmp_path, capsys, no_compute
     np.savez(ck, meta=np.array([{"rounds_done": 1}], dtype=object))
     assert main(["run", "--algorithm", "ifca", "--checkpoint", str(ck)] + TINY) == 2
     assert "pickle" not in one_line_error(capsys, "not a fedclust_jax checkpoint")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--local-steps", "3000000000"], ["steps", "too large", "2147483647", "32-bit"]),
+    (["--seed", "5000000000"], ["seed", "too large", "4294967295"]),
+    (["--data", "num_clients=3000000000"], ["num_clients", "too large"]),
+    (["--model", "mlp", "--model-arg", "hidden=[3000000000]"], ["hidden", "1..2147483647"]),
+    (["--restarts", "3000000000"], ["restarts", "too large"]),
+    (["--eval-every", "3000000000"], ["eval_every", "too large"]),
+    (["--data-dir", "/nowhere"], ["--data-dir", "reads no files"]),
+])
+def test_integers_that_reach_int32_and_stray_flags_stop_early(argv, words, capsys, no_compute):
+    """Every integer that reaches a 32-bit count is bounded before compute."""
+    assert main(["run", "--algorithm", "ifca"] + TINY + argv) == 2
+    one_line_error(capsys, *words)
+
+
+def test_participation_that_rounds_to_no_client_stops_before_rounds(capsys, monkeypatch):
+    """0.001 of 8 clients is no client a round: refused, not clamped to one."""
+    monkeypatch.setattr(experiment, "run_rounds", lambda *a, **k: (_ for _ in ()).throw(
+        AssertionError("rounds started")))
+    assert main(["run", "--algorithm", "fedavg", "--participation", "0.001"] + TINY) == 2
+    one_line_error(capsys, "participation 0.001 of 8 clients", "0 participants",
+                   "at least 0.0625")
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: p.write_text(""), ["is empty", "dataset", "algorithms"]),
+    (lambda p: p.write_text('dataset = "gaussian-mixture"\n'), ["names no algorithm",
+                                                                 "[algorithms.fedavg]"]),
+])
+def test_empty_or_algorithmless_study_files(tmp_path, make, words, capsys, no_compute):
+    path = tmp_path / "study.toml"
+    make(path)
+    for command in ("run", "compare"):
+        assert main([command, "--config", str(path)]) == 2
+        one_line_error(capsys, *words)
+
+
+@pytest.mark.parametrize("name, make, words", [
+    ("notes.txt", lambda p: p.write_text("x = 1\n"), ["not a Python file (.py)"]),
+    ("folder", lambda p: p.mkdir(), ["is a folder"]),
+    ("missing.py", lambda p: None, ["does not exist"]),
+    ("broken.py", lambda p: p.write_text("def f(:\n"), ["failed to import", "SyntaxError"]),
+])
+def test_bad_plugins_are_one_line(tmp_path, name, make, words, capsys, monkeypatch):
+    path = tmp_path / name
+    make(path)
+    assert main(["--plugin", str(path), "list"]) == 2
+    one_line_error(capsys, *words)
+    monkeypatch.setenv("FEDCLUST_PLUGINS", str(path))    # the same door as --plugin
+    assert main(["list"]) == 2
+    one_line_error(capsys, *words)

@@ -11,7 +11,6 @@ reads the declared capabilities; it never probes an algorithm for methods.
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
 from typing import Any, ClassVar
 
@@ -138,7 +137,8 @@ class SamplesParticipants:
     """Mixin: M = round(cfg.participation x N) clients train per round."""
 
     def participants(self, num_clients: int) -> int:
-        return max(1, int(math.floor(self.cfg.participation * num_clients + 0.5)))
+        from fedclust_jax.core.participation import num_participants
+        return num_participants(num_clients, self.cfg.participation)
 
 
 @struct.dataclass

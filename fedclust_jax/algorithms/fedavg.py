@@ -26,7 +26,7 @@ from fedclust_jax.config_check import check_model_state
 from fedclust_jax.core.aggregate import global_mean, mean_from_sums
 from fedclust_jax.core.clients import chain_clients
 from fedclust_jax.core.losses import loss_matrix_ids
-from fedclust_jax.core.participation import num_participants, participants
+from fedclust_jax.core.participation import check_participation, participants
 from fedclust_jax.core.train import (LocalTraining, cluster_pass, join_state, local_train,
                                      split_state)
 from fedclust_jax.models.resnet9 import is_stateful, running_view
@@ -53,7 +53,7 @@ class FedAvgConfig:
     TRACED: typing.ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
-        num_participants(1, self.participation)
+        check_participation(self.participation)
         check_weighting(self.weighting)
         check_chunk(self.chunk)
 

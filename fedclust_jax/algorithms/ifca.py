@@ -64,8 +64,9 @@ from fedclust_jax.config_check import check_model_state
 from fedclust_jax.core.aggregate import cluster_mean, mean_from_sums, share_body
 from fedclust_jax.core.clients import chain_clients, map_clients
 from fedclust_jax.core.losses import loss_matrix, loss_matrix_ids, train_test_loss_matrices
-from fedclust_jax.core.participation import (client_keys, num_participants, pack_slots,
-                                              participants, per_cluster_participants)
+from fedclust_jax.core.participation import (check_participation, client_keys,
+                                              pack_slots, participants,
+                                              per_cluster_participants)
 from fedclust_jax.core.pytree import head_mask, take
 from fedclust_jax.core.train import (LocalTraining, cluster_pass, join_state, local_train,
                                      split_state)
@@ -123,7 +124,7 @@ class IFCAConfig:
             raise ValueError(f"IFCA option must be one of {OPTIONS}, got {self.option!r}")
         if self.assignment not in ASSIGNMENTS:
             raise ValueError(f"assignment must be one of {ASSIGNMENTS}, got {self.assignment!r}")
-        num_participants(1, self.participation)
+        check_participation(self.participation)
         check_weighting(self.weighting)
         check_chunk(self.chunk)
         if self.clients_per_cluster is not None and (
@@ -140,7 +141,7 @@ class IFCAConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
-        num_participants(1, self.pretrain_participation)
+        check_participation(self.pretrain_participation, "pretrain_participation")
         if self.warm_clients_per_cluster is not None and (
                 not isinstance(self.warm_clients_per_cluster, int) or self.warm_clients_per_cluster < 1):
             raise ValueError("warm_clients_per_cluster must be an integer >= 1 or None, got "

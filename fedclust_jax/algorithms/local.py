@@ -23,7 +23,7 @@ from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig, frozen_body
 from fedclust_jax.config_check import check_model_state
 from fedclust_jax.core.clients import map_client_data
 from fedclust_jax.core.losses import client_loss_accuracy, own_loss_ids
-from fedclust_jax.core.participation import client_keys, num_participants
+from fedclust_jax.core.participation import check_participation, client_keys
 from fedclust_jax.core.train import LocalTraining, join_state, local_train, split_state
 from fedclust_jax.models.resnet9 import is_stateful, running_view
 
@@ -48,7 +48,7 @@ class LocalConfig:
         check_chunk(self.chunk)
         if not isinstance(self.pretrain_rounds, int) or self.pretrain_rounds < 0:
             raise ValueError(f"pretrain_rounds must be an integer >= 0, got {self.pretrain_rounds!r}")
-        num_participants(1, self.pretrain_participation)
+        check_participation(self.pretrain_participation, "pretrain_participation")
         check_weighting(self.weighting)
 
     def model_state_refusal(self):

@@ -25,7 +25,7 @@ from fedclust_jax.algorithms.base import (Algorithm, SamplesParticipants, check_
 from fedclust_jax.core.aggregate import cluster_mean, mean_from_sums
 from fedclust_jax.core.losses import loss_matrix_ids, train_test_loss_matrices
 from fedclust_jax.core.oneshot import check_graph_options, one_shot, replace_steps
-from fedclust_jax.core.participation import num_participants, participants
+from fedclust_jax.core.participation import check_participation, participants
 from fedclust_jax.core.train import LocalTraining, cluster_pass
 
 
@@ -59,7 +59,7 @@ class OneShotIFCAConfig:
             raise ValueError(f"one_shot_steps must be an integer >= 1, got {self.one_shot_steps!r}")
         if self.k_max is not None and (not isinstance(self.k_max, int) or self.k_max < 1):
             raise ValueError(f"k_max must be an integer >= 1 or None, got {self.k_max!r}")
-        num_participants(1, self.participation)
+        check_participation(self.participation)
         check_chunk(self.chunk)
 
 

@@ -194,6 +194,7 @@ def build_algorithm(name: str, model, params: dict, data):
         raise ValueError(f"bad parameters for algorithm {name!r}: {e}") from None
     if hasattr(alg, "check_data"):
         alg.check_data(data)
+    alg.participants(data.num_clients)     # a participation that rounds to no client stops here
     return alg
 
 

@@ -11,11 +11,22 @@ from jax import lax
 from fedclust_jax.core.keys import PARTICIPATION_KEYS
 
 
-def num_participants(num_clients: int, fraction: float) -> int:
-    """M = max(1, round(fraction * N)) participants per round; fraction in (0, 1]."""
+def check_participation(fraction: float, name: str = "participation") -> None:
+    """ValueError unless ``fraction`` is in (0, 1]."""
     if not 0 < fraction <= 1:
-        raise ValueError(f"participation must be in (0, 1], got {fraction}")
-    return max(1, int(math.floor(fraction * num_clients + 0.5)))
+        raise ValueError(f"{name} must be in (0, 1], got {fraction}")
+
+
+def num_participants(num_clients: int, fraction: float, name: str = "participation") -> int:
+    """M = round(fraction * N) participants per round; fraction in (0, 1]. ValueError
+    (nothing is clamped) when that rounds to no client at all."""
+    check_participation(fraction, name)
+    m = int(math.floor(fraction * num_clients + 0.5))
+    if m < 1:
+        least = 0.5 / num_clients
+        raise ValueError(f"{name} {fraction:g} of {num_clients} clients rounds to 0 "
+                         f"participants a round; use at least {least:.3g} (1 client) or more")
+    return m
 
 
 def sample_participants(key, num_clients: int, m: int) -> jax.Array:
