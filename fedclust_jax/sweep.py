@@ -295,8 +295,9 @@ def run_group(g: int, group: dict, datas: dict, *, memory_limit=None, max_points
             curves = None
             if cfg.eval_every:
                 done = curve_rounds(cfg.rounds, cfg.eval_every)
-                _, records = split_history({k: v[j] for k, v in hist.items()}, done)
-                curves = curves_from_records({k: v[chosen] for k, v in records.items()}, done, spec)
+                rounds_hist, records = split_history({k: v[j] for k, v in hist.items()}, done)
+                curves = curves_from_records({k: v[chosen] for k, v in records.items()}, done,
+                                             spec, {k: v[chosen] for k, v in rounds_hist.items()})
             out.append((items[i][0], cfg, metrics, curves))
     wall = time.perf_counter() - t0
     if progress:
