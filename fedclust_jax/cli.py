@@ -32,6 +32,9 @@ examples:
   fedclust-jax list ifca                    # its parameters: default, type, meaning
   fedclust-jax sweep --config study.toml --output results.csv   # seeds x parameters grid
 
+plugins: --plugin FILE.py (repeatable, anywhere on the line) or FEDCLUST_PLUGINS=a.py:b.py
+import files that register algorithms, datasets or models (docs/extending.md).
+
 config files (JSON or TOML) hold a study: dataset, data {...}, model, model_args {...},
 rounds, seed, restarts, and algorithms {label: {param: value, algorithm: name, restarts: R,
 rounds: T}}.
@@ -555,19 +558,24 @@ def main(argv=None) -> int:
 
 
 def split_plugins(argv) -> tuple[list[str], list[str]]:
-    """(plugin paths, the rest): leading ``--plugin PATH`` / ``--plugin=PATH`` arguments,
-    after those of ``FEDCLUST_PLUGINS`` (``registration.env_plugins``)."""
+    """(plugin paths, the rest): every ``--plugin PATH`` / ``--plugin=PATH`` argument,
+    before or after the command, after those of ``FEDCLUST_PLUGINS``
+    (``registration.env_plugins``); plugins load before anything is parsed."""
     from fedclust_jax.registration import env_plugins
-    rest, plugins = list(sys.argv[1:] if argv is None else argv), env_plugins()
-    while rest and (rest[0] == "--plugin" or rest[0].startswith("--plugin=")):
-        if rest[0] == "--plugin":
-            if len(rest) < 2:
-                raise ValueError("--plugin needs the path of a .py file")
-            plugins.append(rest[1])
-            rest = rest[2:]
+    args, plugins, rest = list(sys.argv[1:] if argv is None else argv), env_plugins(), []
+    i = 0
+    while i < len(args):
+        if args[i] == "--plugin":
+            if i + 1 >= len(args) or args[i + 1].startswith("--"):
+                raise ValueError("--plugin needs the path of a .py file, e.g. --plugin my_alg.py")
+            plugins.append(args[i + 1])
+            i += 2
+        elif args[i].startswith("--plugin="):
+            plugins.append(args[i].split("=", 1)[1])
+            i += 1
         else:
-            plugins.append(rest[0].split("=", 1)[1])
-            rest = rest[1:]
+            rest.append(args[i])
+            i += 1
     return plugins, rest
 
 

@@ -67,10 +67,16 @@ def _trace(alg, method: str, fn, *args):
     ContractError naming the method."""
     try:
         return jax.eval_shape(fn, *args)
+    except jax.errors.ConcretizationTypeError as e:      # a Python branch on a traced value
+        first = str(e).strip().splitlines()[0]
+        raise ContractError(f"{_where(alg)}: {method} branches in Python on a traced value "
+                            f"({first}); compute with it instead: jnp.where(cond, a, b) or "
+                            "jax.lax.cond(cond, f, g, ...)") from None
     except TypeError as e:
-        if "is not a valid JAX type" in str(e) or "not a valid JAX" in str(e):
+        if "not a valid JAX type" in str(e):
             raise ContractError(f"{_where(alg)}: {method} returns a value that is not an "
-                                f"array or a pytree of arrays ({' '.join(str(e).split())[:160]})"
+                                "array or a pytree of arrays (metrics and states hold arrays "
+                                f"only; a string or None cannot be traced): {' '.join(str(e).split())}"
                                 ) from None
         raise
 

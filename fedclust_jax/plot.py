@@ -478,8 +478,10 @@ def plot_curves(results, metric: str, ax=None, by: list[str] | None = None,
     docstring). ``results``: a path, run results, sweep rows or records; ``colors``: label
     -> colour, shared between panels (extended here). Returns the Axes."""
     records = _records(results)
-    if metric not in CURVE_METRICS:
-        raise ValueError(f"unknown curve metric {metric!r}; known: {', '.join(CURVE_METRICS)}")
+    held = curve_metrics(records)
+    if metric not in held:
+        raise ValueError(f"no curve {metric!r} in these results; they hold: "
+                         f"{', '.join(held) or 'none'}")
     ax = _axes(ax)
     by = swept_params(records) if by is None else by
     colors = _colors(records, by) if colors is None else colors

@@ -51,7 +51,10 @@ def dataset_study(dataset: str, algorithms: list[str] | None = None) -> dict:
              "algorithms": {}}
     for name in names:
         if name not in ALGORITHMS:
-            raise ValueError(f"unknown algorithm {name!r}; available: {', '.join(sorted(ALGORITHMS))}")
+            whose = (f"dataset {dataset!r}'s declared defaults name algorithm {name!r}, which is "
+                     "not registered (load the plugin that registers it, or pass --algorithms)"
+                     if algorithms is None else f"unknown algorithm {name!r}")
+            raise ValueError(f"{whose}; available: {', '.join(sorted(ALGORITHMS))}")
         study["algorithms"][name] = entry.params_for(name, accepted_params(name))
     return study
 

@@ -33,6 +33,7 @@ import importlib.util
 import os
 import re
 import sys
+import traceback
 
 from fedclust_jax.algorithms.registry import register_algorithm
 from fedclust_jax.data.registry import register_dataset
@@ -69,9 +70,20 @@ def load_plugins(paths) -> list[str]:
             spec.loader.exec_module(module)
         except Exception as e:
             del sys.modules[name]
-            raise ValueError(f"plugin {path!r} failed to import: {type(e).__name__}: {e}") from None
+            raise ValueError(f"plugin {path!r} failed to import{_line_of(e, path)}: "
+                             f"{type(e).__name__}: {e}") from None
         names.append(name)
     return names
+
+
+def _line_of(error: Exception, path: str) -> str:
+    """" at line N" of ``path`` where ``error`` arose (a syntax error's line, else the last
+    traceback frame in that file), or ""."""
+    if isinstance(error, SyntaxError) and error.lineno:
+        return f" at line {error.lineno}"
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if os.path.abspath(f.filename) == os.path.abspath(path)]
+    return f" at line {frames[-1].lineno}" if frames else ""
 
 
 def env_plugins() -> list[str]:

@@ -255,3 +255,13 @@ def test_bad_plugins_are_one_line(tmp_path, name, make, words, capsys, monkeypat
     monkeypatch.setenv("FEDCLUST_PLUGINS", str(path))    # the same door as --plugin
     assert main(["list"]) == 2
     one_line_error(capsys, *words)
+
+
+def test_plugin_anywhere_on_the_line_and_import_errors_name_the_line(tmp_path, capsys):
+    """--plugin after the command loads the file too; an import error names its line."""
+    bad = tmp_path / "bad_plugin.py"
+    bad.write_text("x = 1\ny = undefined_name\n")
+    assert main(["list", "--plugin", str(bad)]) == 2
+    one_line_error(capsys, "failed to import at line 2", "NameError")
+    assert main(["list", "--plugin"]) == 2
+    one_line_error(capsys, "--plugin needs the path of a .py file")

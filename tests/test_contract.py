@@ -48,6 +48,8 @@ BROKEN = {
     "dtype": ("round", "params", "p.astype(jnp.float16)", "from float32"),
     "assign": ("evaluate", None, None, "returns no 'assign'"),
     "metrics": ("round", None, None, "must return a pair (state, metrics)"),
+    "branch": ("round", None, None, "branches in Python on a traced value"),
+    "string": ("round", None, None, "not an array or a pytree of arrays"),
 }
 
 
@@ -58,6 +60,8 @@ def _plugin(tmp_path, kind: str) -> str:
         "dtype": "return state.replace(params=W(w=state.params.w.astype(jnp.float16))), {}",
         "assign": "return state, {}",
         "metrics": "return state",
+        "branch": "return (state if state.round < 1 else state), {}",
+        "string": "return state, {'note': 'text'}",
     }[kind]
     evaluate_extra = "" if kind == "assign" else ", assign=jnp.zeros(n, jnp.int32)"
     code = f'''

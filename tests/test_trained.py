@@ -116,5 +116,7 @@ def test_a_round_metric_reaches_curves_and_a_plot_panel(tmp_path):
     from fedclust_jax.plot import curve_metrics, load_results
     _, records = load_results([str(out)])
     assert "model_norm" in curve_metrics(records)
+    assert main(["plot", str(out), "-o", str(tmp_path / "r.png")]) == 0
+    assert main(["plot", str(out), "--metric", "model_norm", "-o", str(tmp_path / "n.png")]) == 0
     from fedclust_jax.results import format_curves
     assert "model_norm" in format_curves([result]).splitlines()[1]
