@@ -208,9 +208,10 @@ def add_common(p: argparse.ArgumentParser):
     g.add_argument("--chunk", type=CliText, help="client layout: auto (default: chosen per backend), none (one vmap) or clients per chunk (bounds memory)")
     g.add_argument("--set", action="append", metavar="[ALG.]KEY=VALUE", help="any algorithm parameter (repeatable); ALG. limits it to one algorithm")
     g = p.add_argument_group("execution")
-    g.add_argument("--checkpoint", help="checkpoint file (.npz) written after every chunk of rounds and "
-                                        "resumed from when it exists (several algorithms: one file each, "
-                                        "<stem>-<label>.npz)")
+    g.add_argument("--checkpoint", help="checkpoint file (.npz) saved every --checkpoint-every and after "
+                                        "the last round, resumed from when it exists (several algorithms: "
+                                        "one file each, <stem>-<label>.npz; an ended one is not rerun)")
+    add_checkpoint_every(g)
     g.add_argument("--dtype", help="storage of params and data: float32 (default) or bfloat16 "
                    "(losses, aggregates and optimizer state stay float32)")
     g.add_argument("--devices", type=CliText, help="split the clients over this many devices (default one)")
@@ -219,6 +220,14 @@ def add_common(p: argparse.ArgumentParser):
                                     "run writes one result object, compare a list of them")
     g.add_argument("--no-progress", action="store_true", help="no progress reports (they go to stderr at "
                                                                "least every 10 s, or every round)")
+
+
+CHECKPOINT_EVERY_HELP = ("how often --checkpoint is saved: seconds of wall time (60s, the default) "
+                         "or rounds (50r); an interrupt loses at most that much")
+
+
+def add_checkpoint_every(g):
+    g.add_argument("--checkpoint-every", metavar="60s|50r", help=CHECKPOINT_EVERY_HELP)
 
 
 def add_eval_every(g):
@@ -450,11 +459,13 @@ def list_everything(name: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def check_paths(args, labels: list[str]):
+def check_paths(args, labels: list[str], ours=lambda: ()):
     """--output and --checkpoint must be writable files (folders are created) before any
-    compute starts; a checkpoint that exists must be a fedclust_jax checkpoint."""
+    compute starts; a checkpoint that exists must be a fedclust_jax checkpoint; then an
+    --output that exists is refused unless its text is one of ``ours()`` (what an earlier
+    run of the same command wrote: ``results.check_fresh_output``)."""
     from fedclust_jax.experiment import checkpoint_paths
-    from fedclust_jax.results import check_output_path
+    from fedclust_jax.results import check_fresh_output, check_output_path
     if args.output:
         check_output_path(args.output, "--output")
     if args.checkpoint:
@@ -466,6 +477,20 @@ def check_paths(args, labels: list[str]):
             else:  # resumed from: it must be a fedclust_jax checkpoint (read without pickle)
                 from fedclust_jax.checkpoint import read_meta
                 read_meta(path)
+    if args.output:
+        check_fresh_output(args.output, "--output", ours())
+
+
+def checkpoint_cadence(args):
+    """The --checkpoint-every cadence (``progress.Cadence``), None when not given; without
+    --checkpoint it is refused (it would do nothing)."""
+    from fedclust_jax.progress import Cadence
+    if args.checkpoint_every is None:
+        return None
+    if not args.checkpoint:
+        raise ValueError(f"--checkpoint-every {args.checkpoint_every} needs --checkpoint (it says "
+                         f"how often the checkpoint is saved)")
+    return Cadence.parse(args.checkpoint_every)
 
 
 def error(message) -> int:
@@ -622,6 +647,7 @@ def _main(argv, state: RunState) -> int:
     if args.command == "sweep":
         return main_sweep(args)
     from fedclust_jax.config_check import check_study_value
+    from fedclust_jax.checkpoint import SaveFailed
     from fedclust_jax.experiment import checkpoint_paths, run_study, study_configs
     from fedclust_jax.progress import raise_lost_interrupt
     from fedclust_jax.results import (format_curves, format_layouts,
@@ -637,7 +663,8 @@ def _main(argv, state: RunState) -> int:
                 raise ValueError(f"--devices {devices}: only {jax.device_count()} "
                                  f"{jax.default_backend()} device(s) here")
         labels = [label for label, _ in configs]
-        check_paths(args, labels)
+        cadence = checkpoint_cadence(args)
+        check_paths(args, labels, lambda: ended_outputs(args, configs, command_line))
         if args.checkpoint and len(labels) > 1:
             paths = checkpoint_paths(args.checkpoint, labels)
             print("checkpoints: " + ", ".join(f"{l} -> {p}" for l, p in paths.items()), file=sys.stderr)
@@ -651,10 +678,15 @@ def _main(argv, state: RunState) -> int:
                 print(data.summary())
                 print(format_settings(planned_settings(configs, data)), flush=True)
             state.label = label
+        writer = OutputAsItComes(args.output, lambda rs: output_of(rs, args.command, command_line))
         results = run_study(study, progress=not args.no_progress, checkpoint=args.checkpoint,
-                            devices=devices, on_start=on_start)
+                            devices=devices, on_start=on_start, checkpoint_every=cadence,
+                            on_result=writer)
     except (ValueError, FileNotFoundError) as e:
         return error(e)
+    except SaveFailed as e:
+        print(f"fedclust-jax: error: {e}", file=sys.stderr)
+        return 1
     except MemoryError as e:
         return error(f"out of memory ({e}); use fewer clients, restarts or a smaller --chunk")
     except Exception as e:  # XLA out of memory during compute: advice instead of a traceback
@@ -691,11 +723,59 @@ def _main(argv, state: RunState) -> int:
                   "learning rate", file=sys.stderr)
             code = 1
     if args.output:   # run: the result object; compare: a list of them; each names its command
-        written = [{"command": command_line, **r} for r in results]
-        written = written[0] if args.command == "run" else written
+        written = output_of(results, args.command, command_line)
         code = max(code, saved(save_results(written, args.output), args.output,
                                f"results written to {args.output}"))
     return code
+
+
+def output_of(results: list[dict], command: str, command_line: str):
+    """What --output holds: `run` the result object, `compare` the list; each names the
+    command line."""
+    written = [{"command": command_line, **r} for r in results]
+    return written[0] if command == "run" else written
+
+
+def ended_outputs(args, configs, command_line: str):
+    """The texts an earlier, interrupted run of this command may have left in --output:
+    the results of the first 1, 2, ... algorithms that ended in their checkpoints
+    (``experiment.finished_result``; a checkpoint of another configuration is refused)."""
+    from fedclust_jax.experiment import checkpoint_paths, finished_result
+    from fedclust_jax.results import results_text
+    if not args.checkpoint:
+        return []
+    paths = checkpoint_paths(args.checkpoint, [label for label, _ in configs])
+    ended = []
+    for label, cfg in configs:
+        r = finished_result(paths[label], cfg)
+        if r is None:
+            break
+        ended.append(r)
+    return [results_text(output_of(ended[:k], args.command, command_line))
+            for k in range(1, len(ended) + 1)]
+
+
+class OutputAsItComes:
+    """Called with the results (or rows) so far: writes ``render(them)`` to ``path``, so the
+    file is whole after every algorithm or point. A write that fails is said once on stderr
+    and not retried until the end (which falls back as ``results.save_results`` does)."""
+
+    def __init__(self, path: str | None, render, rows: bool = False):
+        self.path, self.render, self.rows, self.failed = path, render, rows, False
+
+    def __call__(self, items):
+        from fedclust_jax import results
+        if not self.path or self.failed:
+            return
+        try:
+            if self.rows:
+                results._write_rows(self.render(items), self.path)
+            else:
+                results._write_json(self.render(items), self.path)
+        except OSError as e:
+            self.failed = True
+            print(f"fedclust-jax: warning: could not write {self.path!r} ({e.strerror or e}); "
+                  f"trying again at the end", file=sys.stderr, flush=True)
 
 
 def saved(written: str, path: str, message: str) -> int:

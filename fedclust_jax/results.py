@@ -1,12 +1,15 @@
 """Results of a study: the table, the effective settings, the environment and the JSON file.
 
 ``check_output_path`` runs before any compute (the folder is created, the path must not be a
-folder and must be writable); ``save_results`` writes atomically and, if the path still
-fails, writes a fallback file and returns its path, so nothing computed is lost.
+folder and must be writable) and ``check_fresh_output`` refuses a file that is there unless an
+earlier, interrupted run of the same command wrote it; ``save_results`` and ``save_rows``
+write atomically and, if the path still fails, write a fallback file and return its path,
+so nothing computed is lost.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
@@ -216,15 +219,28 @@ def fallback_path(path: str) -> str:
     return os.path.join(tempfile.gettempdir(), name)
 
 
-def _write_json(results, path: str):
-    tmp = f"{path}.tmp-{os.getpid()}"
+def results_text(results) -> str:
+    """The JSON text ``save_results`` writes for ``results``."""
+    return json.dumps(results, indent=2, default=_jsonable)
+
+
+def _write_text(text: str, path: str):
+    """``text`` to ``path`` atomically: a hidden temporary file beside it, renamed over it."""
+    from fedclust_jax.checkpoint import file_mode
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                               dir=os.path.dirname(os.path.abspath(path)))
     try:
-        with open(tmp, "w") as f:
-            json.dump(results, f, indent=2, default=_jsonable)
+        os.fchmod(fd, file_mode())
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _write_json(results, path: str):
+    _write_text(results_text(results), path)
 
 
 def _jsonable(v):
@@ -284,23 +300,37 @@ def _csv_cell(v):
     return v
 
 
-def _write_rows(rows: list[dict], path: str):
+def rows_text(rows: list[dict], path: str) -> str:
+    """The text ``save_rows`` writes for ``rows`` at ``path`` (.csv or .json)."""
     import csv
-    tmp = f"{path}.tmp-{os.getpid()}"
+    if not path.endswith(".csv"):
+        return json.dumps(rows, indent=1, default=_jsonable)
+    f = io.StringIO(newline="")
+    cols = row_columns(rows)
+    writer = csv.writer(f)
+    writer.writerow(cols)
+    for r in rows:
+        writer.writerow([_csv_cell(r.get(c)) for c in cols])
+    return f.getvalue()
+
+
+def _write_rows(rows: list[dict], path: str):
+    _write_text(rows_text(rows, path), path)
+
+
+def check_fresh_output(path: str, what: str = "--output", ours=()) -> None:
+    """Refuses (ValueError, one line) to overwrite a file at ``path`` unless its text is one
+    of ``ours`` (what an earlier, interrupted run of the same command wrote there)."""
+    if not os.path.isfile(path):
+        return
     try:
-        with open(tmp, "w", newline="") as f:
-            if path.endswith(".csv"):
-                cols = row_columns(rows)
-                writer = csv.writer(f)
-                writer.writerow(cols)
-                for r in rows:
-                    writer.writerow([_csv_cell(r.get(c)) for c in cols])
-            else:
-                json.dump(rows, f, indent=1, default=_jsonable)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        with open(path, newline="") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError):
+        text = None
+    if text is None or text not in ours:
+        raise ValueError(f"{what} {path!r} exists and was not written by an earlier run of this "
+                         f"command; remove it or choose another path (nothing is overwritten)")
 
 
 def check_rows_path(path: str, what: str = "--output"):
