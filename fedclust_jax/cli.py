@@ -267,7 +267,11 @@ def make_parser() -> argparse.ArgumentParser:
     swp.add_argument("--config", required=True, help="study file (.toml or .json) with a [sweep] table")
     add_eval_every(swp)
     swp.add_argument("--output", help="write the rows to this .csv (curves JSON-encoded in one column) "
-                                      "or .json file")
+                                      "or .json file, rewritten as points end")
+    swp.add_argument("--checkpoint", metavar="DIR", help="folder where every program saves its points' "
+                     "state every --checkpoint-every and ended points their rows; rerunning the same "
+                     "command skips what ended and resumes the rest")
+    add_checkpoint_every(swp)
     swp.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     lst = sub.add_parser("list", help="list datasets, models, algorithms and presets; "
                                       "`list NAME`: its parameters with defaults, types and meanings")
@@ -504,6 +508,7 @@ class RunState:
 
     def __init__(self):
         self.command, self.label, self.checkpoints = None, None, {}
+        self.sweep_checkpoint = None
 
 
 def _raise_interrupt(signum, frame):
@@ -563,8 +568,12 @@ def interrupt_line(exc: KeyboardInterrupt, state: RunState) -> str:
                 exc.checkpoint_round, exc.round = held, max(exc.round, held)
         return exc.line()
     if state.command == "sweep":
-        return ("fedclust-jax: sweep interrupted; a sweep keeps no checkpoint, so nothing was "
-                "saved; rerun the same command to start again")
+        if state.sweep_checkpoint is None:
+            return ("fedclust-jax: sweep interrupted before its programs ran; no checkpoint was "
+                    "asked for (add --checkpoint DIR to make a sweep resumable)")
+        return (f"fedclust-jax: sweep interrupted before its programs ran; "
+                f"{state.sweep_checkpoint} keeps every point that ended; rerun the same command "
+                f"to resume")
     if state.label is None:
         return ("fedclust-jax: interrupted before the first round; nothing was saved; rerun "
                 "the same command to start again")
@@ -645,7 +654,7 @@ def _main(argv, state: RunState) -> int:
         except (ValueError, ImportError) as e:
             return error(e)
     if args.command == "sweep":
-        return main_sweep(args)
+        return main_sweep(args, state)
     from fedclust_jax.config_check import check_study_value
     from fedclust_jax.checkpoint import SaveFailed
     from fedclust_jax.experiment import checkpoint_paths, run_study, study_configs
@@ -787,24 +796,41 @@ def saved(written: str, path: str, message: str) -> int:
     return 0
 
 
-def main_sweep(args) -> int:
+def main_sweep(args, state: RunState) -> int:
     """`fedclust-jax sweep`: every grid value checked, then the programs run; exit 2 on a
-    bad study, 1 when a point diverged or the output went elsewhere."""
+    bad study (or a --checkpoint folder of another sweep, an --output the command did not
+    write), 1 when a point diverged, the output went elsewhere or a save failed."""
+    from fedclust_jax.checkpoint import SaveFailed
     from fedclust_jax.experiment import study_configs
-    from fedclust_jax.results import check_rows_path, format_rows, format_sweep_plan, save_rows
-    from fedclust_jax.sweep import parse_sweep, run_sweep
+    from fedclust_jax.results import (check_fresh_output, check_rows_path, format_rows,
+                                      format_sweep_plan, save_rows)
+    from fedclust_jax.sweep import grid_key, parse_sweep, run_sweep
     try:
         study = load_config(args.config)
         if args.eval_every is not None:
             study["eval_every"] = args.eval_every
         base, paths, grid = parse_sweep(study)
+        cadence = checkpoint_cadence(args)
+        ours = []
+        if args.checkpoint:
+            from fedclust_jax.sweep_store import SweepStore
+            store = SweepStore(args.checkpoint, *grid_key(study))
+            store.check()
+            state.sweep_checkpoint = args.checkpoint
+            ours = ended_rows_texts(store, list(study["algorithms"]), args.output)
         if args.output:
             check_rows_path(args.output)
+            check_fresh_output(args.output, "--output", ours)
         print(format_sweep_plan(study["sweep"], paths, len(grid), study_configs(base)),
               flush=True)
-        rows = run_sweep(study, progress=not args.no_progress)
+        writer = OutputAsItComes(args.output, lambda rows: rows, rows=True)
+        rows = run_sweep(study, progress=not args.no_progress, checkpoint=args.checkpoint,
+                         checkpoint_every=cadence, on_rows=writer)
     except (ValueError, FileNotFoundError) as e:
         return error(e)
+    except SaveFailed as e:
+        print(f"fedclust-jax: error: {e}", file=sys.stderr)
+        return 1
     except MemoryError as e:
         return error(f"out of memory ({e}); sweep fewer points or use fewer clients or restarts")
     print(format_rows(rows, paths))
@@ -819,6 +845,20 @@ def main_sweep(args) -> int:
         code = max(code, saved(save_rows(rows, args.output), args.output,
                                f"{len(rows)} rows written to {args.output}"))
     return code
+
+
+def ended_rows_texts(store, labels: list[str], output: str | None) -> list[str]:
+    """The texts an earlier, interrupted run of this sweep may have left in ``output``: the
+    rows of its first 1, 2, ... ended calls, ordered as ``run_sweep`` orders them."""
+    from fedclust_jax.results import rows_text
+    if not output:
+        return []
+    order = {label: i for i, label in enumerate(labels)}
+    rows, texts = [], []
+    for call in store.ended_calls():
+        rows = sorted(rows + call, key=lambda r: (order[r["algorithm"]], r["point"]))
+        texts.append(rows_text(rows, output))
+    return texts
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""Sweeps resume per point: a sweep interrupted inside a program resumes to the rows of the
+uninterrupted sweep, with one compiled chunk program; a changed grid or setting, a folder
+of other files or an output the command did not write are refused in one line.
+(Processes killed with SIGKILL: tests/test_kill_resume.py.)"""
+
+import json
+
+import pytest
+
+from fedclust_jax.cli import main
+from fedclust_jax.progress import RunInterrupted
+from fedclust_jax.sweep import run_sweep
+from test_resume import TINY, interrupt_at
+
+SWEEP = {"dataset": "synthetic-regression", "data": dict(TINY), "rounds": 6, "restarts": 2,
+         "eval_every": 2, "algorithms": {"ifca": {"num_clusters": 2, "option": "gradient"},
+                                         "fedavg": {"lr": 0.05}},
+         "sweep": {"seed": [0, 1], "ifca.lr": [0.02, 0.1]}}
+
+
+def same_rows(a, b):
+    drop = lambda rows: [{k: v for k, v in r.items() if k != "program_wall_s"} for r in rows]
+    assert json.dumps(drop(a)) == json.dumps(drop(b))
+
+
+def test_an_interrupted_sweep_resumes_to_the_uninterrupted_rows(tmp_path, monkeypatch):
+    """Interrupted inside the second program (after round 3 of its call, saves every
+    round), the sweep names the program, the points ended and what the folder holds; the
+    rerun skips the first program, resumes the second from round 3 and gives the
+    uninterrupted sweep's rows bit for bit, with one compiled chunk program."""
+    whole = run_sweep(SWEEP, progress=False)
+    folder, written = str(tmp_path / "ck"), []
+    with monkeypatch.context() as m:
+        interrupt_at(m, lambda label, done: "program 2" in label and done >= 3)
+        with pytest.raises(RunInterrupted) as e:
+            run_sweep(SWEEP, progress=False, checkpoint=folder, checkpoint_every="1r",
+                      on_rows=lambda rows: written.append(len(rows)))
+    assert written == [4]                        # the rows of program 1, when it ended
+    line = e.value.line()
+    assert line.startswith("sweep program 2 of 2 (fedavg, points 1, 3): interrupted at round 3 "
+                           f"of 6; 4 of 6 point(s) ended in {folder}; ")
+    assert line.endswith("holds round 3 (no round lost); rerun the same command to resume")
+    stats = {}
+    resumed = run_sweep(SWEEP, progress=False, checkpoint=folder, checkpoint_every="1r",
+                        stats=stats)
+    same_rows(resumed, whole)
+    assert stats["traces"] == 1                  # the first program was not run again
+    other = {**SWEEP, "rounds": 5}
+    with pytest.raises(ValueError, match="the same grid with other settings"):
+        run_sweep(other, progress=False, checkpoint=folder)
+    other = {**SWEEP, "sweep": {"seed": [0, 2], "ifca.lr": [0.02, 0.1]}}
+    with pytest.raises(ValueError, match=r"another grid \(4 point\(s\): seed = \[0, 1\]"):
+        run_sweep(other, progress=False, checkpoint=folder)
+
+
+def test_a_folder_or_output_not_ours_is_refused_before_compute(tmp_path, capsys):
+    study = tmp_path / "s.json"
+    study.write_text(json.dumps(SWEEP))
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    assert main(["sweep", "--config", str(study), "--checkpoint", str(tmp_path / "mine")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds files that are not a sweep checkpoint" in err and len(err.splitlines()) == 1
+    (tmp_path / "r.csv").write_text("a user's table\n")
+    assert main(["sweep", "--config", str(study), "--output", str(tmp_path / "r.csv")]) == 2
+    assert "exists and was not written by an earlier run" in capsys.readouterr().err
+    assert (tmp_path / "r.csv").read_text() == "a user's table\n"
+    assert main(["sweep", "--config", str(study), "--checkpoint-every", "5r"]) == 2
+    assert "needs --checkpoint" in capsys.readouterr().err
