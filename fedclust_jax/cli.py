@@ -569,9 +569,9 @@ def interrupt_line(exc: KeyboardInterrupt, state: RunState) -> str:
         return exc.line()
     if state.command == "sweep":
         if state.sweep_checkpoint is None:
-            return ("fedclust-jax: sweep interrupted before its programs ran; no checkpoint was "
-                    "asked for (add --checkpoint DIR to make a sweep resumable)")
-        return (f"fedclust-jax: sweep interrupted before its programs ran; "
+            return ("fedclust-jax: sweep interrupted outside a program's rounds; no checkpoint "
+                    "was asked for (add --checkpoint DIR to make a sweep resumable)")
+        return (f"fedclust-jax: sweep interrupted outside a program's rounds; "
                 f"{state.sweep_checkpoint} keeps every point that ended; rerun the same command "
                 f"to resume")
     if state.label is None:

@@ -292,7 +292,8 @@ def run_group(g: int, group: dict, datas: dict, paths: list[str], *, memory_limi
         if progress:
             print(f"sweep: program {g + 1}: {group['label']}, {n} point(s) ended in "
                   f"{store.path}", file=sys.stderr, flush=True)
-        for rows in ended:
+        for k, rows in enumerate(ended):
+            store.end_kept(g, k)
             on_call(rows)
         return
     alg = build_run_algorithm(cfg0, data0)
@@ -308,8 +309,8 @@ def run_group(g: int, group: dict, datas: dict, paths: list[str], *, memory_limi
         if store is not None:
             store.set_points_per_call(g, c)
     spec = eval_spec(alg, data0) if cfg0.eval_every else None
-    every = cadence.rounds if cadence is not None and cadence.rounds is not None else CAPACITY
-    programs = Programs(alg, cfg0, spec, shared, stats, max(1, min(cfg0.rounds, every, CAPACITY)))
+    # the capacity does not depend on the cadence: a rerun with another runs the same program
+    programs = Programs(alg, cfg0, spec, shared, stats, max(1, min(cfg0.rounds, CAPACITY)))
     if progress:
         done = sum(r is not None for r in ended)
         print(f"sweep: program {g + 1}: {group['label']} ({cfg0.algorithm}), {n} point(s)"
@@ -319,6 +320,7 @@ def run_group(g: int, group: dict, datas: dict, paths: list[str], *, memory_limi
               file=sys.stderr, flush=True)
     for k, idx in enumerate(calls):
         if ended[k] is not None:
+            store.end_kept(g, k)
             on_call(ended[k])
             continue
         t0 = time.perf_counter()
@@ -328,16 +330,14 @@ def run_group(g: int, group: dict, datas: dict, paths: list[str], *, memory_limi
         data = data0 if shared else jax.tree.map(lambda *a: jnp.stack(a), *[point_data[i] for i in idx])
         where = (f"program {g + 1} of {programs_count} ({group['label']}, "
                  f"{_points([items[i][0] for i in dict.fromkeys(idx)])})")
-        status = CallRun(cfg0.rounds)
         state_path = store.state_path(g, k) if store is not None else None
+        status = CallRun(cfg0.rounds, where, state_path)
         try:
             objective, evaluation, records = run_call(
                 programs, hp, data, seeds, state_path=state_path,
                 config=store.call_config(g, k, [items[i][0] for i in idx]) if store else {},
                 cadence=cadence, label=f"sweep {where}", progress=progress, status=status)
         except KeyboardInterrupt:
-            status.where = where
-            status.state_path = state_path
             raise CallInterrupted(status) from None
         wall = time.perf_counter() - t0
         rows = []
@@ -372,8 +372,7 @@ def _points(points: list[int]) -> str:
 
 
 class CallInterrupted(KeyboardInterrupt):
-    """An interrupt inside a call (``run_group``); ``status``: its ``CallRun`` with
-    ``where`` and ``state_path`` added."""
+    """An interrupt inside a call (``run_group``); ``status``: its ``CallRun``."""
 
     def __init__(self, status):
         super().__init__(status.where)

@@ -87,11 +87,12 @@ class Programs:
 
 
 class CallRun:
-    """Where a call stands, for the line an interrupt prints: rounds done and the round its
-    state file holds (None: nothing saved)."""
+    """Where a call stands, for the line an interrupt prints: which call (``where``), its
+    state file, the rounds done and the round the file holds (None: nothing saved)."""
 
-    def __init__(self, rounds: int):
-        self.rounds, self.done, self.saved = rounds, 0, None
+    def __init__(self, rounds: int, where: str = "", state_path: str | None = None):
+        self.rounds, self.where, self.state_path = rounds, where, state_path
+        self.done, self.saved = 0, None
 
 
 def run_call(programs: Programs, hp, data, seeds, *, state_path: str | None, config: dict,

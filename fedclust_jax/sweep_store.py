@@ -125,6 +125,12 @@ class SweepStore:
                                                "rows": rows})
         ckpt.clean(self.state_path(g, k))
 
+    def end_kept(self, g: int, k: int):
+        """An ended call read back: its state file, if a kill came between writing the rows
+        and removing it, is removed."""
+        if os.path.exists(self.state_path(g, k)):
+            ckpt.clean(self.state_path(g, k))
+
     def call_config(self, g: int, k: int, points: list[int]) -> dict:
         """The configuration a call's state file is written with and checked against."""
         return {"sweep": self.key, "program": g + 1, "call": k + 1, "points": points}

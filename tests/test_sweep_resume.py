@@ -18,17 +18,12 @@ SWEEP = {"dataset": "synthetic-regression", "data": dict(TINY), "rounds": 6, "re
          "sweep": {"seed": [0, 1], "ifca.lr": [0.02, 0.1]}}
 
 
-def same_rows(a, b):
-    drop = lambda rows: [{k: v for k, v in r.items() if k != "program_wall_s"} for r in rows]
-    assert json.dumps(drop(a)) == json.dumps(drop(b))
-
-
-def test_an_interrupted_sweep_resumes_to_the_uninterrupted_rows(tmp_path, monkeypatch):
+def test_an_interrupted_sweep_says_where_and_resumes_the_call_in_flight(tmp_path, monkeypatch,
+                                                                        capsys):
     """Interrupted inside the second program (after round 3 of its call, saves every
     round), the sweep names the program, the points ended and what the folder holds; the
-    rerun skips the first program, resumes the second from round 3 and gives the
-    uninterrupted sweep's rows bit for bit, with one compiled chunk program."""
-    whole = run_sweep(SWEEP, progress=False)
+    rerun skips the first program and resumes the second from round 3, with one compiled
+    chunk program. (Its rows equal the uninterrupted sweep's: tests/test_kill_resume.py.)"""
     folder, written = str(tmp_path / "ck"), []
     with monkeypatch.context() as m:
         interrupt_at(m, lambda label, done: "program 2" in label and done >= 3)
@@ -41,10 +36,13 @@ def test_an_interrupted_sweep_resumes_to_the_uninterrupted_rows(tmp_path, monkey
                            f"of 6; 4 of 6 point(s) ended in {folder}; ")
     assert line.endswith("holds round 3 (no round lost); rerun the same command to resume")
     stats = {}
-    resumed = run_sweep(SWEEP, progress=False, checkpoint=folder, checkpoint_every="1r",
+    resumed = run_sweep(SWEEP, progress=True, checkpoint=folder, checkpoint_every="1r",
                         stats=stats)
-    same_rows(resumed, whole)
+    err = capsys.readouterr().err
+    assert f"sweep: program 1: ifca, 4 point(s) ended in {folder}" in err
+    assert "sweep program 2 of 2 (fedavg, points 1, 3): resuming from round 3 of 6" in err
     assert stats["traces"] == 1                  # the first program was not run again
+    assert [r["point"] for r in resumed] == [0, 1, 2, 3, 0, 2] and written == [4]
     other = {**SWEEP, "rounds": 5}
     with pytest.raises(ValueError, match="the same grid with other settings"):
         run_sweep(other, progress=False, checkpoint=folder)
@@ -67,3 +65,19 @@ def test_a_folder_or_output_not_ours_is_refused_before_compute(tmp_path, capsys)
     assert (tmp_path / "r.csv").read_text() == "a user's table\n"
     assert main(["sweep", "--config", str(study), "--checkpoint-every", "5r"]) == 2
     assert "needs --checkpoint" in capsys.readouterr().err
+
+
+def test_the_readme_says_how_to_resume_in_two_lines_with_the_sweep_flags():
+    import pathlib
+    import re
+
+    from fedclust_jax.cli import make_parser
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Sweeps", 1)[1].split("\n## ", 1)[0]
+    paragraph = "**Resume.**" + section.split("**Resume.**", 1)[1].split("\n\n", 1)[0]
+    assert len(paragraph.strip().splitlines()) == 2
+    assert "rerun" in paragraph and "resumes" in paragraph
+    sweep = make_parser()._subparsers._group_actions[0].choices["sweep"]
+    flags = {o for a in sweep._actions for o in a.option_strings}
+    named = set(re.findall(r"`(--[a-z-]+)", paragraph))
+    assert named >= {"--checkpoint", "--checkpoint-every"} and named <= flags
