@@ -99,11 +99,11 @@ def test_a_seconds_cadence_leaves_at_most_its_seconds_unsaved():
 def test_compare_resumes_the_interrupted_algorithm_and_keeps_the_ended_one(tmp_path, monkeypatch,
                                                                            capsys):
     """Interrupted inside its second algorithm, `compare` has written the first one's result
-    to --output; the rerun takes that result from its checkpoint, resumes the second and
-    writes what the uninterrupted command writes. An output it did not write is refused."""
+    to --output; the rerun takes that result from its checkpoint and resumes the second.
+    An output it did not write is refused. (The results equal the uninterrupted command's:
+    tests/test_kill_resume.py.)"""
     args = ["compare", "--algorithms", "fedavg,ifca", "--data", "num_clients=8", "--data",
             "dim=4", "--rounds", "6"]
-    assert main(args + ["--output", str(tmp_path / "whole.json")]) == 0
     out, ck = str(tmp_path / "r.json"), str(tmp_path / "ck.npz")
     resumable = args + ["--output", out, "--checkpoint", ck, "--checkpoint-every", "2r"]
     with monkeypatch.context() as m:
@@ -112,11 +112,13 @@ def test_compare_resumes_the_interrupted_algorithm_and_keeps_the_ended_one(tmp_p
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("ifca: interrupted at round ") and "ck-ifca.npz holds round" in err
     assert [r["algorithm"] for r in json.loads(open(out).read())] == ["fedavg"]
+    kept = json.loads(open(out).read())[0]
     assert main(resumable) == 0
-    assert "fedavg: ended in " + str(tmp_path / "ck-fedavg.npz") in capsys.readouterr().err
-    keep = lambda path: [{k: r[k] for k in ("algorithm", "metrics", "history", "restarts")}
-                         for r in json.loads(open(path).read())]
-    assert keep(out) == keep(tmp_path / "whole.json")
+    err = capsys.readouterr().err
+    assert "fedavg: ended in " + str(tmp_path / "ck-fedavg.npz") in err
+    assert "ifca: resuming from round " in err
+    again = json.loads(open(out).read())
+    assert [r["algorithm"] for r in again] == ["fedavg", "ifca"] and again[0] == kept
     (tmp_path / "mine.json").write_text("[]")
     assert main(args + ["--output", str(tmp_path / "mine.json"), "--checkpoint", ck]) == 2
     err = capsys.readouterr().err.strip()
@@ -124,3 +126,28 @@ def test_compare_resumes_the_interrupted_algorithm_and_keeps_the_ended_one(tmp_p
     assert (tmp_path / "mine.json").read_text() == "[]"
     assert main(["run", "--algorithm", "ifca", "--checkpoint-every", "5r"]) == 2
     assert "needs --checkpoint" in capsys.readouterr().err
+
+
+def test_a_save_that_fails_stops_the_run_in_one_line_and_keeps_the_last_good_file(
+        tmp_path, monkeypatch, capsys):
+    """The disk fills after the first save: the run stops with exit 1 and one line naming
+    the file and the round it still holds; the file is whole."""
+    import errno
+    real, saves = np.savez, []
+
+    def savez(f, **arrays):
+        saves.append(1)
+        if len(saves) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(f, **arrays)
+    monkeypatch.setattr(np, "savez", savez)
+    ck = tmp_path / "ck.npz"
+    assert main(["run", "--algorithm", "ifca", "--data", "num_clients=8", "--data", "dim=4",
+                 "--rounds", "6", "--checkpoint", str(ck), "--checkpoint-every", "2r",
+                 "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"fedclust-jax: error: checkpoint {ck}")
+    assert "No space left on device" in err and "still holds round 2" in err
+    monkeypatch.undo()
+    assert checkpoint.read_meta(str(ck))["rounds_done"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.npz"]
