@@ -34,6 +34,7 @@ core's layer (tests/test_layers.py).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -347,17 +348,23 @@ def not_a_checkpoint(path: str, why: str) -> ValueError:
                       f"afresh remove it or give --checkpoint another path")
 
 
+@contextlib.contextmanager
 def _open(path: str):
-    """``np.load`` of a checkpoint without pickle; any other file is ``not_a_checkpoint``."""
+    """``np.load`` of a checkpoint without pickle, closed on leaving; any other file is
+    ``not_a_checkpoint``."""
     try:
-        f = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-        if isinstance(e, (PermissionError, IsADirectoryError)):
-            raise ValueError(f"checkpoint {path!r} cannot be read ({e.strerror or e})") from None
-        raise not_a_checkpoint(path, "not an .npz archive, or truncated") from None
-    if not isinstance(f, np.lib.npyio.NpzFile):
-        raise not_a_checkpoint(path, "a single .npy array, not an .npz archive")
-    return f
+        fh = open(path, "rb")
+    except OSError as e:
+        raise ValueError(f"checkpoint {path!r} cannot be read ({e.strerror or e})") from None
+    with fh:
+        try:
+            f = np.load(fh, allow_pickle=False)
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile):
+            raise not_a_checkpoint(path, "not an .npz archive, or truncated") from None
+        if not isinstance(f, np.lib.npyio.NpzFile):
+            raise not_a_checkpoint(path, "a single .npy array, not an .npz archive")
+        with f:
+            yield f
 
 
 def _meta(path: str, f) -> dict:

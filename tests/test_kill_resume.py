@@ -6,6 +6,7 @@ rounds, then run to the end. The uninterrupted reference runs in this process (i
 fills the compilation cache the killed processes read)."""
 
 import csv
+import io
 import json
 import os
 import random
@@ -64,7 +65,7 @@ def test_a_killed_sweep_resumes_to_the_uninterrupted_rows(tmp_path):
          "--checkpoint", "ck", "--checkpoint-every", "2r"], tmp_path, seed=1)
     assert "resuming from round" in err or "ended in ck" in err, err[-2000:]
     read = lambda name: [{k: v for k, v in r.items() if k != "program_wall_s"}
-                         for r in csv.DictReader(open(tmp_path / name))]
+                         for r in csv.DictReader(io.StringIO((tmp_path / name).read_text()))]
     rows = read("r.csv")
     assert len(rows) == 6 and rows == read("whole.csv")
     assert all(json.loads(r["curves"])["round"] == [50, 100, 150, 200] for r in rows)

@@ -111,13 +111,13 @@ def test_compare_resumes_the_interrupted_algorithm_and_keeps_the_ended_one(tmp_p
         assert main(resumable) == 130
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("ifca: interrupted at round ") and "ck-ifca.npz holds round" in err
-    assert [r["algorithm"] for r in json.loads(open(out).read())] == ["fedavg"]
-    kept = json.loads(open(out).read())[0]
+    assert [r["algorithm"] for r in json.loads((tmp_path / "r.json").read_text())] == ["fedavg"]
+    kept = json.loads((tmp_path / "r.json").read_text())[0]
     assert main(resumable) == 0
     err = capsys.readouterr().err
     assert "fedavg: ended in " + str(tmp_path / "ck-fedavg.npz") in err
     assert "ifca: resuming from round " in err
-    again = json.loads(open(out).read())
+    again = json.loads((tmp_path / "r.json").read_text())
     assert [r["algorithm"] for r in again] == ["fedavg", "ifca"] and again[0] == kept
     (tmp_path / "mine.json").write_text("[]")
     assert main(args + ["--output", str(tmp_path / "mine.json"), "--checkpoint", ck]) == 2

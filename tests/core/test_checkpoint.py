@@ -67,7 +67,7 @@ def test_several_processes_write_their_shards_into_alternating_slots(tmp_path, m
 def test_a_truncated_or_damaged_file_is_refused_in_one_line(tmp_path):
     path = str(tmp_path / "ck.npz")
     checkpoint.save(path, states(), {"train_loss": np.ones((2, 3))}, 3, {"a": 1})
-    whole = open(path, "rb").read()
+    whole = (tmp_path / "ck.npz").read_bytes()
     for cut in (10, len(whole) // 2, len(whole) - 5):
         with open(path, "wb") as f:
             f.write(whole[:cut])
