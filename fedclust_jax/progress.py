@@ -12,7 +12,8 @@ one program. A fixed ``rounds_per_chunk`` instead
 gives chunks of that many rounds (the divisor of ``rounds`` nearest to it).
 
 ``Cadence`` says how often the checkpoint is saved: every S seconds of wall time
-(``"60s"``, the default ``DEFAULT_CADENCE``) or every N rounds (``"50r"``). The schedule
+(``"60s"``, the default ``DEFAULT_CADENCE``: a save then costs about 1e-4 of the run, see
+benchmarks/README.md, "checkpoint cost") or every N rounds (``"50r"``). The schedule
 cuts chunks to meet it (a chunk ends at every multiple of N; with seconds, the first chunk
 is one round and no later chunk is longer than S, from the time measured) and ``save_due`` says after which chunk to save: with N, at every multiple
 of N; with S, when waiting one more chunk would leave more than S seconds unsaved. The
