@@ -590,9 +590,10 @@ def interrupt_line(exc: KeyboardInterrupt, state: RunState) -> str:
 
 
 def main(argv=None) -> int:
-    """The command line; exit code 0, 1 (a run diverged or its output went elsewhere), 2
-    (bad input, before compute) or 130 (interrupted by Ctrl-C or SIGTERM: one line on
-    stderr saying what the checkpoint holds)."""
+    """The command line; exit code 0, 1 (a run diverged, its output went elsewhere or a
+    checkpoint could not be saved: one line, the last good file kept), 2 (bad input, before
+    compute) or 130 (interrupted by Ctrl-C or SIGTERM: one line on stderr saying what the
+    checkpoint holds and how many rounds are lost)."""
     state = RunState()
     with interrupt_signals(), split_over_host_devices():
         try:
@@ -777,10 +778,8 @@ class OutputAsItComes:
         if not self.path or self.failed:
             return
         try:
-            if self.rows:
-                results._write_rows(self.render(items), self.path)
-            else:
-                results._write_json(self.render(items), self.path)
+            write = results.write_rows if self.rows else results.write_results
+            write(self.render(items), self.path)
         except OSError as e:
             self.failed = True
             print(f"fedclust-jax: warning: could not write {self.path!r} ({e.strerror or e}); "

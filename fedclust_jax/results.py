@@ -250,6 +250,17 @@ def _jsonable(v):
         return str(v)
 
 
+def write_results(results: list[dict] | dict, path: str) -> None:
+    """``results`` as JSON at ``path``, atomically; OSError when it cannot be written (no
+    fallback: for the writes made as results come, the last one falls back)."""
+    _write_json(results, path)
+
+
+def write_rows(rows: list[dict], path: str) -> None:
+    """Sweep rows at ``path`` as ``save_rows`` writes them, without its fallback."""
+    _write_rows(rows, path)
+
+
 def save_results(results: list[dict] | dict, path: str) -> str:
     """Writes ``results`` (a list of results, or one result object) as JSON to ``path``
     (atomically). If that fails, writes them to
