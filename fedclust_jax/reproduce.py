@@ -208,8 +208,10 @@ def run_table(spec: dict, *, quick: bool = False, seeds: list[int] | None = None
               checkpoint: str | None = None, checkpoint_every=None) -> list[dict]:
     """The rows of every part through the runner (``run_sweep`` or ``run_study``), each
     with "part" added; curves are dropped (the tables read final metrics). checkpoint: the
-    table's folder (``open_checkpoint``), each part resumable in its own."""
+    table's folder (``open_checkpoint``, checked before anything runs), each part resumable
+    in its own; checkpoint_every: its cadence ("60s" or "50r")."""
     from fedclust_jax.sweep import run_sweep
+    checkpoint_every = open_checkpoint(spec, quick, seeds, checkpoint, checkpoint_every)
     runner = spec["table"].get("runner", "sweep")
     rows = []
     for part, study in studies(spec, quick=quick, seeds=seeds, data_dir=data_dir).items():
@@ -476,14 +478,13 @@ def main(args) -> int:
         out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / spec["paper"]
         md, raw = out / f"{spec['name']}.md", out / f"{spec['name']}.json"
         check_output_path(str(md), "--out", example=None)
-        resume = open_checkpoint(args, spec)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     try:
         rows = run_table(spec, quick=args.quick, seeds=args.seeds, data_dir=args.data_dir,
-                         progress=not args.no_progress, **resume)
+                         progress=not args.no_progress, **checkpoint_arguments(args))
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -516,26 +517,30 @@ def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
 TABLE_KIND = "fedclust_jax table checkpoint"
 
 
-def open_checkpoint(args, spec: dict) -> dict:
-    """run_table's checkpoint and checkpoint_every from --checkpoint DIR: DIR/table.json
-    names the table and a fingerprint of its studies (the data folder aside), so another
-    table, --quick or --seeds is refused in one line before anything runs; each part
-    resumes in DIR/<part> (``part_checkpoint``). A cadence without a folder is refused."""
+def checkpoint_arguments(args) -> dict:
+    """run_table's checkpoint and checkpoint_every from --checkpoint / --checkpoint-every."""
+    return {"checkpoint": getattr(args, "checkpoint", None),
+            "checkpoint_every": getattr(args, "checkpoint_every", None)}
+
+
+def open_checkpoint(spec: dict, quick: bool, seeds, folder: str | None, every):
+    """Checks or creates the table's checkpoint folder and returns its cadence
+    (``progress.Cadence``, None: the default). DIR/table.json names the table and a
+    fingerprint of its studies (the data folder aside), so another table, --quick or
+    --seeds is refused in one line before anything runs; each part resumes in DIR/<part>
+    (``part_checkpoint``). A cadence without a folder is refused."""
     import os
 
     from fedclust_jax import checkpoint as ckpt
     from fedclust_jax.progress import Cadence
-    folder, every = getattr(args, "checkpoint", None), getattr(args, "checkpoint_every", None)
+    from fedclust_jax.sweep_store import fingerprint
     if folder is None:
         if every is not None:
             raise ValueError(f"--checkpoint-every {every} needs --checkpoint DIR")
-        return {}
+        return None
     cadence = None if every is None else Cadence.parse(every)
-    parts = studies(spec, quick=args.quick, seeds=args.seeds, data_dir=None)
-    from fedclust_jax.sweep_store import fingerprint
+    parts = studies(spec, quick=quick, seeds=seeds, data_dir=None)
     key = fingerprint([spec["id"], parts])
-    wanted = {"format": TABLE_KIND, "table": spec["id"], "quick": args.quick,
-              "seeds": args.seeds, "fingerprint": key}
     manifest = os.path.join(folder, "table.json")
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ValueError(f"--checkpoint {folder!r} is a file; give a folder")
@@ -555,8 +560,9 @@ def open_checkpoint(args, spec: dict) -> dict:
         except OSError as e:
             raise ValueError(f"--checkpoint {folder!r}: cannot create the folder "
                              f"({e.strerror or e})") from None
-        ckpt.write_json(manifest, wanted)
-    return {"checkpoint": folder, "checkpoint_every": cadence}
+        ckpt.write_json(manifest, {"format": TABLE_KIND, "table": spec["id"], "quick": quick,
+                                   "seeds": seeds, "fingerprint": key})
+    return cadence
 
 
 def part_checkpoint(folder: str | None, part: str) -> str | None:

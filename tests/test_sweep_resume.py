@@ -81,3 +81,17 @@ def test_the_readme_says_how_to_resume_in_two_lines_with_the_sweep_flags():
     flags = {o for a in sweep._actions for o in a.option_strings}
     named = set(re.findall(r"`(--[a-z-]+)", paragraph))
     assert named >= {"--checkpoint", "--checkpoint-every"} and named <= flags
+
+
+def test_a_table_folder_refuses_another_table_quick_or_seeds(tmp_path):
+    from fedclust_jax import reproduce
+    spec, folder = reproduce.load_spec("ifca-figure3b"), str(tmp_path / "ck")
+    assert reproduce.open_checkpoint(spec, True, [0, 1], folder, "1r").rounds == 1
+    assert reproduce.open_checkpoint(spec, True, [0, 1], folder, None) is None   # the same
+    for quick, seeds in ((True, [0, 2]), (False, [0, 1])):
+        with pytest.raises(ValueError, match="holds the runs of ifca-figure3b"):
+            reproduce.open_checkpoint(spec, quick, seeds, folder, None)
+    with pytest.raises(ValueError, match="holds the runs of ifca-figure3b"):
+        reproduce.open_checkpoint(reproduce.load_spec("ifca-figure3a"), True, [0, 1], folder, None)
+    with pytest.raises(ValueError, match="needs --checkpoint DIR"):
+        reproduce.open_checkpoint(spec, True, None, None, "5r")
