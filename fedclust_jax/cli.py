@@ -222,12 +222,10 @@ def add_common(p: argparse.ArgumentParser):
                                                                "least every 10 s, or every round)")
 
 
-CHECKPOINT_EVERY_HELP = ("how often --checkpoint is saved: seconds of wall time (60s, the default) "
-                         "or rounds (50r); an interrupt loses at most that much")
-
-
 def add_checkpoint_every(g):
-    g.add_argument("--checkpoint-every", metavar="60s|50r", help=CHECKPOINT_EVERY_HELP)
+    g.add_argument("--checkpoint-every", metavar="60s|50r",
+                   help="how often --checkpoint is saved: seconds of wall time (60s, the default) "
+                        "or rounds (50r); an interrupt loses at most that much")
 
 
 def add_eval_every(g):
