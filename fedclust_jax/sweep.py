@@ -275,7 +275,7 @@ def _calls(n: int, c: int) -> list[list[int]]:
 
 def run_group(g: int, group: dict, datas: dict, paths: list[str], *, memory_limit=None,
               max_points=None, stats: dict, progress: bool = True, store=None,
-              cadence=None, on_call=None, programs_count: int = 1) -> list[dict]:
+              cadence=None, on_call=None, programs_count: int = 1) -> None:
     """Runs one group's points in calls of c points; the rows of each call, in item order,
     go to ``on_call(rows)`` as it ends. With ``store`` (``sweep_store.SweepStore``) an
     ended call's rows are read back instead of run, the call in flight resumes from its
