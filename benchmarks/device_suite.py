@@ -18,12 +18,18 @@ Parts, in order, each a subprocess with what is left of ``--budget`` (capped per
 
 Sessions are short, so the work spans runs: ``--done`` (default ``benchmarks/results`` on a
 full-size run) skips a table whose ``<paper>/<name>.json`` there is a full run, a part an
-earlier ``summary.json`` there records "ok" (a table cut by the time starts again: the
-runner keeps no per-point checkpoint of a sweep).
+earlier ``summary.json`` there records "ok". Every table runs with ``--checkpoint
+<out>/checkpoints/<part>`` (``--checkpoint-every``: 60 s, one round in a dry run): its
+ended points and the state of the points in flight are saved as it goes, so a table cut
+by the time resumes at its last saved round on the next run. ``--resume-from ARCHIVE``
+(an earlier ``--archive``, carried to the device in the checkout) unpacks it into
+``--out`` first: the parts it records "ok" are kept, and its checkpoints resume.
 Every part writes ``<out>/<part>.txt`` (its command and output); ``summary.md`` / ``.json``
 list each part's status, reason and seconds. ``--archive FILE`` packs ``--out`` after every
-part. The data travel in the checkout (``.data/``, git-ignored; ``--prepare-data`` copies
-MNIST and the LEAF sets from ``--source``, at most 64 MiB).
+part, checkpoint state files only while the archive stays within the 64 MiB a run carries
+(ended points always; a state file left out is named in ``summary.md``). The data travel
+in the checkout (``.data/``, git-ignored; ``--prepare-data`` copies MNIST and the LEAF sets
+from ``--source``, at most 64 MiB).
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ DRY_TESTS = ["tests/core/test_robust.py::test_validation"]
 SWEEP_LRS = [round(0.01 * 1.25 ** i, 4) for i in range(16)]   # 16 step sizes x 4 seeds
 DATA_PARTS = ("mnist", "femnist-leaf", "shakespeare-leaf/train", "shakespeare-leaf/test")
 CARRY_LIMIT = 64 * 2 ** 20
+CHECKPOINTS = "checkpoints"                      # <out>/checkpoints/<table id>/
+CADENCE, DRY_CADENCE = "60s", "1r"
 
 
 def env(**extra) -> dict:
@@ -123,21 +131,73 @@ def part_command(part: str, a, out: Path, done: Done, budget: float):
         if part in done.tables:
             return f"{part}: a full run is in --done"
         return [py, "-m", "fedclust_jax.reproduce", part, "--data-dir", data, "--out",
-                str(out / part.split("-")[0]), "--no-progress", *(["--quick"] if dry else [])], \
+                str(out / part.split("-")[0]), "--no-progress", *(["--quick"] if dry else []),
+                "--checkpoint", str(out / CHECKPOINTS / part),
+                "--checkpoint-every", DRY_CADENCE if dry else CADENCE], \
             dict(JAX_DEFAULT_MATMUL_PRECISION="highest")    # Figure 3's threshold needs float32
     raise ValueError(f"unknown part {part!r}")
 
 
 def summary(out: Path, command: str, records: list[dict], archive: str | None) -> None:
+    left = left_out(out)
     (out / "summary.json").write_text(json.dumps(dict(command=command, parts=records), indent=1))
     lines = [f"`{command}`", "", "| part | status | seconds | reason |", "|---|---|---|---|"]
     lines += [f"| {r['part']} | {r['status']} | {r['seconds']} | {r['reason']} |" for r in records]
+    if archive and left:
+        lines += ["", "Checkpoint state files left out of the archive (over the "
+                  f"{CARRY_LIMIT // 2**20} MiB a run carries; their tables' ended points are in): "
+                  + ", ".join(f"`{p.relative_to(out)}` ({p.stat().st_size / 2**20:.1f} MiB)"
+                              for p in left)]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     if archive:                       # after every part, so a killed run keeps its parts
         tmp = Path(archive + ".tmp")
+        skip = {str(p) for p in left}
         with tarfile.open(tmp, "w:gz") as tar:
-            tar.add(out, arcname="device_suite")
+            tar.add(out, arcname="device_suite",
+                    filter=lambda info: None if str(out / Path(info.name).relative_to(
+                        "device_suite")) in skip else info)
         tmp.replace(archive)
+
+
+def left_out(out: Path) -> list[Path]:
+    """Checkpoint state files (.npz under <out>/checkpoints) that would take the archive's
+    files past ``CARRY_LIMIT``: the largest are left out first."""
+    files = [f for f in out.rglob("*") if f.is_file()]
+    states = [f for f in files if f.suffix == ".npz" and CHECKPOINTS in f.relative_to(out).parts]
+    total = sum(f.stat().st_size for f in files)
+    left = []
+    for f in sorted(states, key=lambda f: -f.stat().st_size):
+        if total <= CARRY_LIMIT:
+            break
+        left.append(f)
+        total -= f.stat().st_size
+    return left
+
+
+def resume_from(archive: Path, out: Path) -> dict[str, dict]:
+    """Unpacks an earlier ``--archive`` (its ``device_suite/`` folder) into ``out``; returns
+    its parts' records by part. Files of this run that exist are not replaced."""
+    try:
+        tar = tarfile.open(archive, "r:gz")
+    except (OSError, tarfile.TarError) as e:
+        raise SystemExit(f"--resume-from {archive}: not a device-suite archive ({e})")
+    with tar:
+        for info in tar.getmembers():
+            name = Path(info.name)
+            if name.parts[:1] != ("device_suite",) or ".." in name.parts or name.is_absolute():
+                continue
+            target = out.joinpath(*name.parts[1:])
+            if info.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+            elif info.isfile() and not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with tar.extractfile(info) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+    try:
+        earlier = json.loads((out / "summary.json").read_text())["parts"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {r["part"]: r for r in earlier if isinstance(r, dict) and "part" in r}
 
 
 def prepare_data(source: Path, dest: Path) -> int:
@@ -164,6 +224,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="every part at toy size (CPU)")
     ap.add_argument("--prepare-data", action="store_true", help="copy --source into --data-dir and stop")
     ap.add_argument("--source", default="../shared/data")
+    ap.add_argument("--resume-from", type=Path, default=None, metavar="ARCHIVE",
+                    help="an earlier --archive: unpacked into --out first; its \"ok\" parts are "
+                         "kept and its tables' checkpoints resume")
     ap.add_argument("--done", nargs="+", default=None,
                     help="folders of earlier results (default benchmarks/results on a full run; "
                          "'none' runs everything)")
@@ -180,6 +243,11 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/device_suite.py " + " ".join(
         shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv))
+    earlier = {}
+    if a.resume_from is not None:
+        if not a.resume_from.is_file():
+            ap.error(f"--resume-from {a.resume_from}: no such file")
+        earlier = resume_from(a.resume_from, out)
     done, records = Done(folders), []
     deadline = time.monotonic() + (min(a.budget, 240.0) if a.dry_run else a.budget)
     for part in PARTS:
@@ -187,6 +255,11 @@ def main(argv=None) -> int:
         budget = left if a.dry_run else min(CAPS.get(part, left), left)
         if part not in a.parts:
             rec = dict(status="skipped", reason="not in --parts")
+        elif earlier.get(part, {}).get("status") == "ok" and part not in TABLES:
+            rec = dict(earlier[part], reason="ok in the run of --resume-from: "
+                       + earlier[part]["reason"].removeprefix("ok in the run of --resume-from: "))
+            rec.pop("part", None)
+            rec.pop("seconds", None)
         elif part in done.parts and part not in TABLES:
             rec = dict(status="skipped", reason="ok in an earlier run (--done)")
         elif budget < 5:

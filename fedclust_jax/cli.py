@@ -223,9 +223,10 @@ def add_common(p: argparse.ArgumentParser):
     g.add_argument("--chunk", type=CliText, help="client layout: auto (default: chosen per backend), none (one vmap) or clients per chunk (bounds memory)")
     g.add_argument("--set", action="append", metavar="[ALG.]KEY=VALUE", help="any algorithm parameter (repeatable); ALG. limits it to one algorithm")
     g = p.add_argument_group("execution")
-    g.add_argument("--checkpoint", help="checkpoint file (.npz) written after every chunk of rounds and "
-                                        "resumed from when it exists (several algorithms: one file each, "
-                                        "<stem>-<label>.npz)")
+    g.add_argument("--checkpoint", help="checkpoint file (.npz) saved every --checkpoint-every and after "
+                                        "the last round, resumed from when it exists (several algorithms: "
+                                        "one file each, <stem>-<label>.npz; an ended one is not rerun)")
+    add_checkpoint_every(g)
     g.add_argument("--dtype", help="storage of params and data: float32 (default) or bfloat16 "
                    "(losses, aggregates and optimizer state stay float32)")
     g.add_argument("--devices", type=CliText, help="split the clients over this many devices (default one)")
@@ -241,6 +242,12 @@ def add_common(p: argparse.ArgumentParser):
                    "whatever made it")
     g.add_argument("--no-progress", action="store_true", help="no progress reports (they go to stderr at "
                                                                "least every 10 s, or every round)")
+
+
+def add_checkpoint_every(g):
+    g.add_argument("--checkpoint-every", metavar="60s|50r",
+                   help="how often --checkpoint is saved: seconds of wall time (60s, the default) "
+                        "or rounds (50r); an interrupt loses at most that much")
 
 
 def add_eval_every(g):
@@ -280,9 +287,13 @@ def make_parser() -> argparse.ArgumentParser:
     swp.add_argument("--config", required=True, help="study file (.toml or .json) with a [sweep] table")
     add_eval_every(swp)
     swp.add_argument("--output", help="write the rows to this .csv (curves JSON-encoded in one column) "
-                                      "or .json file; a file that is not sweep rows is kept and they "
-                                      "go to <stem>-<n>.csv / .json")
+                                      "or .json file, rewritten as points end; a file that is not "
+                                      "sweep rows is kept and they go to <stem>-<n>.csv / .json")
     swp.add_argument("--overwrite", action="store_true", help="replace --output whatever made it")
+    swp.add_argument("--checkpoint", metavar="DIR", help="folder where every program saves its points' "
+                     "state every --checkpoint-every and ended points their rows; rerunning the same "
+                     "command skips what ended and resumes the rest")
+    add_checkpoint_every(swp)
     swp.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     lst = sub.add_parser("list", help="list datasets, models, algorithms and presets; "
                                       "`list NAME`: its parameters with defaults, types and meanings")
@@ -427,13 +438,17 @@ def list_everything(name: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def check_paths(args, labels: list[str]):
-    """--output and --checkpoint must be writable files (folders are created) before any
-    compute starts; a checkpoint that exists must be a fedclust_jax checkpoint."""
+def check_paths(args, labels: list[str]) -> str | None:
+    """--output, --save-state and --checkpoint must be writable files (folders are created)
+    before any compute starts; a checkpoint that exists must be a fedclust_jax checkpoint.
+    Returns where --output goes (``results.output_target``: a file fedclust-jax did not
+    write as results is kept, unless --overwrite)."""
     from fedclust_jax.experiment import checkpoint_paths
     from fedclust_jax.results import check_output_path
+    target = None
     if args.output:
-        check_output_path(args.output, "--output", kind="results", overwrite=args.overwrite)
+        target = check_output_path(args.output, "--output", kind="results",
+                                   overwrite=args.overwrite)
     if args.save_state:
         for label, path in checkpoint_paths(args.save_state, labels).items():
             check_output_path(path, "--save-state", example="state.npz", kind="trained",
@@ -447,6 +462,19 @@ def check_paths(args, labels: list[str]):
             else:  # resumed from: it must be a fedclust_jax checkpoint (read without pickle)
                 from fedclust_jax.checkpoint import read_meta
                 read_meta(path)
+    return target
+
+
+def checkpoint_cadence(args):
+    """The --checkpoint-every cadence (``progress.Cadence``), None when not given; without
+    --checkpoint it is refused (it would do nothing)."""
+    from fedclust_jax.progress import Cadence
+    if args.checkpoint_every is None:
+        return None
+    if not args.checkpoint:
+        raise ValueError(f"--checkpoint-every {args.checkpoint_every} needs --checkpoint (it says "
+                         f"how often the checkpoint is saved)")
+    return Cadence.parse(args.checkpoint_every)
 
 
 def error(message) -> int:
@@ -460,6 +488,7 @@ class RunState:
 
     def __init__(self):
         self.command, self.label, self.checkpoints = None, None, {}
+        self.sweep_checkpoint = None
 
 
 def _raise_interrupt(signum, frame):
@@ -519,8 +548,12 @@ def interrupt_line(exc: KeyboardInterrupt, state: RunState) -> str:
                 exc.checkpoint_round, exc.round = held, max(exc.round, held)
         return exc.line()
     if state.command == "sweep":
-        return ("fedclust-jax: sweep interrupted; a sweep keeps no checkpoint, so nothing was "
-                "saved; rerun the same command to start again")
+        if state.sweep_checkpoint is None:
+            return ("fedclust-jax: sweep interrupted outside a program's rounds; no checkpoint "
+                    "was asked for (add --checkpoint DIR to make a sweep resumable)")
+        return (f"fedclust-jax: sweep interrupted outside a program's rounds; "
+                f"{state.sweep_checkpoint} keeps every point that ended; rerun the same command "
+                f"to resume")
     if state.label is None:
         return ("fedclust-jax: interrupted before the first round; nothing was saved; rerun "
                 "the same command to start again")
@@ -537,9 +570,10 @@ def interrupt_line(exc: KeyboardInterrupt, state: RunState) -> str:
 
 
 def main(argv=None) -> int:
-    """The command line; exit code 0, 1 (a run diverged or its output went elsewhere), 2
-    (bad input, before compute) or 130 (interrupted by Ctrl-C or SIGTERM: one line on
-    stderr saying what the checkpoint holds)."""
+    """The command line; exit code 0, 1 (a run diverged, its output went elsewhere or a
+    checkpoint could not be saved: one line, the last good file kept), 2 (bad input, before
+    compute) or 130 (interrupted by Ctrl-C or SIGTERM: one line on stderr saying what the
+    checkpoint holds and how many rounds are lost)."""
     state = RunState()
     with interrupt_signals(), split_over_host_devices():
         try:
@@ -606,8 +640,9 @@ def _main(argv, state: RunState) -> int:
         except (ValueError, ImportError) as e:
             return error(e)
     if args.command == "sweep":
-        return main_sweep(args)
+        return main_sweep(args, state)
     from fedclust_jax.config_check import check_study_value
+    from fedclust_jax.checkpoint import SaveFailed
     from fedclust_jax.experiment import checkpoint_paths, run_study, study_configs
     from fedclust_jax.progress import raise_lost_interrupt
     from fedclust_jax.results import (format_curves, format_layouts,
@@ -623,7 +658,8 @@ def _main(argv, state: RunState) -> int:
                 raise ValueError(f"--devices {devices}: only {jax.device_count()} "
                                  f"{jax.default_backend()} device(s) here")
         labels = [label for label, _ in configs]
-        check_paths(args, labels)
+        cadence = checkpoint_cadence(args)
+        target = check_paths(args, labels)
         if args.checkpoint and len(labels) > 1:
             paths = checkpoint_paths(args.checkpoint, labels)
             print("checkpoints: " + ", ".join(f"{l} -> {p}" for l, p in paths.items()), file=sys.stderr)
@@ -637,11 +673,15 @@ def _main(argv, state: RunState) -> int:
                 print(data.summary())
                 print(format_settings(planned_settings(configs, data)), flush=True)
             state.label = label
+        writer = OutputAsItComes(target, lambda rs: output_of(rs, args.command, command_line))
         results = run_study(study, progress=not args.no_progress, checkpoint=args.checkpoint,
-                            devices=devices, on_start=on_start,
-                            keep_state=bool(args.save_state))
+                            devices=devices, on_start=on_start, checkpoint_every=cadence,
+                            on_result=writer, keep_state=bool(args.save_state))
     except (ValueError, FileNotFoundError) as e:
         return error(e)
+    except SaveFailed as e:
+        print(f"fedclust-jax: error: {e}", file=sys.stderr)
+        return 1
     except MemoryError as e:
         return error(f"out of memory ({e}); use fewer clients, restarts or a smaller --chunk")
     except Exception as e:  # XLA out of memory during compute: advice instead of a traceback
@@ -685,11 +725,39 @@ def _main(argv, state: RunState) -> int:
             r.pop("trained").save(path)
             print(f"{r['algorithm']}: final state written to {path}")
     if args.output:   # run: the result object; compare: a list of them; each names its command
-        written = [{"command": command_line, **r} for r in results]
-        written = written[0] if args.command == "run" else written
+        written = output_of(results, args.command, command_line)
         code = max(code, saved(save_results(written, args.output, args.overwrite), args.output,
                                f"results written to {args.output}"))
     return code
+
+
+def output_of(results: list[dict], command: str, command_line: str):
+    """What --output holds: `run` the result object, `compare` the list; each names the
+    command line."""
+    written = [{"command": command_line, **{k: v for k, v in r.items() if k != "trained"}}
+               for r in results]
+    return written[0] if command == "run" else written
+
+
+class OutputAsItComes:
+    """Called with the results (or rows) so far: writes ``render(them)`` to ``path``, so the
+    file is whole after every algorithm or point. A write that fails is said once on stderr
+    and not retried until the end (which falls back as ``results.save_results`` does)."""
+
+    def __init__(self, path: str | None, render, rows: bool = False):
+        self.path, self.render, self.rows, self.failed = path, render, rows, False
+
+    def __call__(self, items):
+        from fedclust_jax import results
+        if not self.path or self.failed:
+            return
+        try:
+            write = results.write_rows if self.rows else results.write_results
+            write(self.render(items), self.path)
+        except OSError as e:
+            self.failed = True
+            print(f"fedclust-jax: warning: could not write {self.path!r} ({e.strerror or e}); "
+                  f"trying again at the end", file=sys.stderr, flush=True)
 
 
 def saved(written: str, path: str, message: str) -> int:
@@ -701,24 +769,35 @@ def saved(written: str, path: str, message: str) -> int:
     return 0
 
 
-def main_sweep(args) -> int:
+def main_sweep(args, state: RunState) -> int:
     """`fedclust-jax sweep`: every grid value checked, then the programs run; exit 2 on a
-    bad study, 1 when a point diverged or the output went elsewhere."""
+    bad study (or a --checkpoint folder of another sweep), 1 when a point diverged, the
+    output went elsewhere or a save failed."""
+    from fedclust_jax.checkpoint import SaveFailed
     from fedclust_jax.experiment import study_configs
     from fedclust_jax.results import check_rows_path, format_rows, format_sweep_plan, save_rows
-    from fedclust_jax.sweep import parse_sweep, run_sweep
+    from fedclust_jax.sweep import grid_key, parse_sweep, run_sweep
     try:
         study = load_config(args.config)
         if args.eval_every is not None:
             study["eval_every"] = args.eval_every
         base, paths, grid = parse_sweep(study)
-        if args.output:
-            check_rows_path(args.output, overwrite=args.overwrite)
+        cadence = checkpoint_cadence(args)
+        if args.checkpoint:
+            from fedclust_jax.sweep_store import SweepStore
+            SweepStore(args.checkpoint, *grid_key(study)).check()
+            state.sweep_checkpoint = args.checkpoint
+        target = check_rows_path(args.output, overwrite=args.overwrite) if args.output else None
         print(format_sweep_plan(study["sweep"], paths, len(grid), study_configs(base)),
               flush=True)
-        rows = run_sweep(study, progress=not args.no_progress)
+        writer = OutputAsItComes(target, lambda rows: rows, rows=True)
+        rows = run_sweep(study, progress=not args.no_progress, checkpoint=args.checkpoint,
+                         checkpoint_every=cadence, on_rows=writer)
     except (ValueError, FileNotFoundError) as e:
         return error(e)
+    except SaveFailed as e:
+        print(f"fedclust-jax: error: {e}", file=sys.stderr)
+        return 1
     except MemoryError as e:
         return error(f"out of memory ({e}); sweep fewer points or use fewer clients or restarts")
     print(format_rows(rows, paths))

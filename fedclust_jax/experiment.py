@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from typing import Any
 
@@ -26,7 +27,8 @@ from fedclust_jax.contract import check_algorithm
 from fedclust_jax.loop import (curve_rounds, curves_from_records, eval_record, eval_spec,  # noqa: F401
                                scan_rounds, split_history)
 from fedclust_jax.presets import default_model
-from fedclust_jax.progress import ChunkSchedule, Progress, RunInterrupted, chunk_length  # noqa: F401 (re-exported)
+from fedclust_jax.progress import (DEFAULT_CADENCE, Cadence, ChunkSchedule, Progress,  # noqa: F401
+                                   RunInterrupted, chunk_length)  # (re-exported)
 from fedclust_jax.results import format_table, save_results  # noqa: F401 (re-exported)
 from fedclust_jax.algorithms.registry import ALGORITHMS, build_algorithm, make_config
 from fedclust_jax.data.federated import check_dtype
@@ -94,12 +96,17 @@ class ExperimentConfig:
 def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
                rounds_per_chunk: int | None = None, progress: bool = True,
                checkpoint: str | None = None, config: dict | None = None, mesh=None,
-               eval_every: int | None = None, label: str | None = None):
+               eval_every: int | None = None, label: str | None = None,
+               checkpoint_every=None):
     """Runs ``rounds`` rounds of ``alg`` for ``restarts`` independent initialisations from
     the run key ``key`` (``loop.restart_keys``), in chunks of rounds (``loop.run_chunk``).
 
-    checkpoint: a .npz path written after every chunk; if it exists the run resumes from it
-    (``config`` must match the one it was written with).
+    checkpoint: a .npz path (``fedclust_jax.checkpoint``) saved at the cadence
+    ``checkpoint_every`` ("60s" or "50r", a ``progress.Cadence``; default
+    ``progress.DEFAULT_CADENCE``) and after the last round; if it exists the run resumes
+    from it (``config`` must match the one it was written with; "rounds" may grow). The
+    chunks are cut to meet the cadence; round t's key depends on t alone, so the results do
+    not depend on the cut.
     mesh: a ``clients`` mesh (``core.sharding``): per-client state leaves are split over it
     from init on, and every chunk returns them with the same shardings.
     The round state is donated to each compiled chunk of rounds (its buffers are reused for
@@ -107,10 +114,13 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
     ...], recorded after every E-th round; ``loop.split_history`` takes them out).
     label: the name progress lines and an interruption give (default ``alg.name``).
     An interrupt (Ctrl-C, SIGTERM turned into KeyboardInterrupt) raises
-    ``progress.RunInterrupted`` with the rounds done and the checkpoint's round.
+    ``progress.RunInterrupted`` with the rounds done and the checkpoint's round (at most the
+    cadence behind). A save that fails raises ``checkpoint.SaveFailed`` (one line; the file
+    keeps its last good round).
     Returns (final states with leading axis R, per-round metrics dict of [R, rounds] arrays).
     """
     label = label or alg.name
+    cadence = Cadence.parse(checkpoint_every) if checkpoint_every is not None else DEFAULT_CADENCE
     spec = eval_spec(alg, data) if eval_every else None
     init_keys, round_keys = loop.restart_keys(key, restarts)
     placed_init, placed = {}, {}  # jit keyword arguments: out_shardings where there is a mesh
@@ -122,30 +132,38 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
     done, history, saved_round = 0, [], None
     try:
         states = jax.jit(lambda k, d: loop.init_states(alg, k, d), **placed_init)(init_keys, data)
-        if checkpoint and os.path.exists(checkpoint):
-            states, saved, done = ckpt.load(checkpoint, states, config or {})
+        found = ckpt.restore(checkpoint, states, config or {}) if checkpoint else None
+        if found is not None:
+            states, saved, done, _ = found
             if done > rounds:
-                raise ValueError(f"checkpoint {checkpoint} is at round {done}, past the {rounds} asked for")
+                raise ValueError(f"checkpoint {checkpoint} is at round {done}, past the {rounds} "
+                                 f"asked for; ask for at least {done} rounds or remove it")
             history, saved_round = ([saved] if saved else []), done
-            if mesh is not None:
+            if mesh is not None and jax.process_count() == 1:
                 states = jax.device_put(states, shardings)
         chunk = jax.jit(lambda s, k, d, ts: loop.run_chunk(alg, s, k, d, ts, eval_every=eval_every,
                                                            spec=spec),
                         donate_argnums=(0,), **placed)
-        schedule = ChunkSchedule(rounds, rounds_per_chunk)
+        schedule = ChunkSchedule(rounds, rounds_per_chunk,
+                                 cadence=cadence if checkpoint else None)
         bar = Progress(label, rounds, progress, start=done)
         start = done
         while start < rounds:
             stop = schedule.next_stop(start)
             states, hist = chunk(states, round_keys, data, jnp.arange(start, stop))
+            jax.block_until_ready(states)     # the schedule times compute, not dispatch
             done = stop
             history.append(hist)
-            if checkpoint:
+            if checkpoint and schedule.save_due(stop):
                 ckpt.save(checkpoint, states, _merge(history), stop, config or {})
                 saved_round = stop
+                schedule.saved()
             loss = hist.get("train_loss")
             bar.update(stop, "" if loss is None else f"train loss {float(loss[:, -1].min()):.4g}")
             start = stop
+        if checkpoint and saved_round != rounds:     # zero rounds: the file still says so
+            ckpt.save(checkpoint, states, _merge(history), rounds, config or {})
+            saved_round = rounds
     except KeyboardInterrupt:
         raise RunInterrupted(label, done, rounds, checkpoint, saved_round) from None
     return states, _merge(history)
@@ -286,13 +304,14 @@ def end_of_run(alg, states, data, restarts: int, to_host=lambda tree: tree):
 def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
                    checkpoint: str | None = None, devices: int | None = None,
                    memory_limit: int | None = None, label: str | None = None,
-                   keep_state: bool = False) -> dict:
+                   keep_state: bool = False, checkpoint_every=None) -> dict:
     """Builds data (unless given), model and algorithm, runs, evaluates. Returns a JSON-able
     dict: config, metrics (of the restart with the lowest training objective), restart
     diagnostics, per-round history (the algorithm's round metrics), wall time and, with
     ``eval_every``, curves (the evaluation records plus the scalar round metrics).
 
-    checkpoint: .npz path saved after every chunk and resumed from if present.
+    checkpoint: .npz path saved at the cadence ``checkpoint_every`` ("60s" or "50r"; see
+    ``run_rounds``) and resumed from if present.
     devices: split the clients over this many devices (a ``clients`` mesh; None = one).
     memory_limit: bytes the run may use (default: the device's free memory); the run is
     refused before compiling when the estimate exceeds it (``resolve_layout``).
@@ -320,7 +339,8 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
     states, history = run_rounds(alg, data, loop.run_key(cfg.seed), rounds=cfg.rounds,
                                  restarts=cfg.restarts, rounds_per_chunk=cfg.rounds_per_chunk,
                                  progress=progress, checkpoint=checkpoint, config=cfg.to_dict(),
-                                 mesh=mesh, eval_every=cfg.eval_every, label=label)
+                                 mesh=mesh, eval_every=cfg.eval_every, label=label,
+                                 checkpoint_every=checkpoint_every)
     objective, evaluation = end_of_run(alg, states, data, cfg.restarts, to_host)
     chosen = int(np.nanargmin(objective)) if np.isfinite(objective).any() else 0
     result_metrics = summarize(alg, evaluation(chosen), host_data)
@@ -441,38 +461,73 @@ def check_fits_data(label: str, cfg: ExperimentConfig, data):
 
 
 def run_study(study: dict, *, progress: bool = True, checkpoint: str | None = None,
-              devices: int | None = None, on_start=None, keep_state: bool = False) -> list[dict]:
+              devices: int | None = None, on_start=None, checkpoint_every=None,
+              on_result=None, keep_state: bool = False) -> list[dict]:
     """Runs every algorithm of a study on the same data (same seed), returns the results,
     each with "effective" (every parameter as run, the model) and "environment" (versions,
     backend, device) added.
 
     checkpoint: a path; with one algorithm exactly that file, with several
-    ``<stem>-<label>.npz`` each (``checkpoint_paths``).
+    ``<stem>-<label>.npz`` each (``checkpoint_paths``), saved at the cadence
+    ``checkpoint_every`` (``run_rounds``). An algorithm's result is added to its file when it
+    ends, so a rerun takes it from there without running (nor building the data when every
+    algorithm has ended) and resumes the others; a file of another configuration is refused
+    in one line before anything runs.
     on_start: called with (label, config, data) before each algorithm runs.
-    keep_state: each result also holds "trained" (``run_experiment``'s).
+    on_result: called with the results so far after each algorithm ends (or is taken from
+    its checkpoint), e.g. to write them as they come.
+    keep_state: each result also holds "trained" (``run_experiment``'s); an algorithm ended
+    in its checkpoint is then evaluated again from it (no rounds run).
     """
     from fedclust_jax.algorithms.registry import effective_params
     from fedclust_jax.models.registry import DEFAULT_MODEL
     from fedclust_jax.results import environment
     configs = study_configs(study)
-    data = load_study_data(configs[0][1])
-    for label, cfg in configs:
-        check_fits_data(label, cfg, data)
     paths = checkpoint_paths(checkpoint, [label for label, _ in configs])
+    ended = {label: finished_result(paths[label], cfg) for label, cfg in configs}
+    data = None
+    if keep_state or any(r is None for r in ended.values()):
+        data = load_study_data(configs[0][1])
+        for label, cfg in configs:
+            check_fits_data(label, cfg, data)
     env = environment()
     results = []
     for label, cfg in configs:
-        if on_start is not None:
-            on_start(label, cfg, data)
-        r = run_experiment(cfg, data=data, progress=progress, checkpoint=paths[label],
-                           devices=devices, label=label, keep_state=keep_state)
-        r["algorithm"] = label
-        r["effective"] = {"dataset": cfg.dataset, "data": effective_data(cfg),
-                          "model": cfg.model or DEFAULT_MODEL[data.task],
-                          "model_args": cfg.model_args,
-                          "params": effective_params(cfg.algorithm, cfg.params, data),
-                          "rounds": cfg.rounds, "seed": cfg.seed, "restarts": cfg.restarts,
-                          "eval_every": cfg.eval_every, "checkpoint": paths[label]}
-        r["environment"] = env
+        r = None if keep_state else ended[label]
+        if r is not None:
+            if progress:
+                print(f"{label}: ended in {paths[label]} (round {cfg.rounds} of {cfg.rounds}); "
+                      f"its result is kept", file=sys.stderr, flush=True)
+        else:
+            if on_start is not None:
+                on_start(label, cfg, data)
+            r = run_experiment(cfg, data=data, progress=progress, checkpoint=paths[label],
+                               devices=devices, label=label, checkpoint_every=checkpoint_every,
+                               keep_state=keep_state)
+            r["algorithm"] = label
+            r["effective"] = {"dataset": cfg.dataset, "data": effective_data(cfg),
+                              "model": cfg.model or DEFAULT_MODEL[data.task],
+                              "model_args": cfg.model_args,
+                              "params": effective_params(cfg.algorithm, cfg.params, data),
+                              "rounds": cfg.rounds, "seed": cfg.seed, "restarts": cfg.restarts,
+                              "eval_every": cfg.eval_every, "checkpoint": paths[label]}
+            r["environment"] = env
+            if paths[label] is not None and jax.process_count() == 1:
+                ckpt.attach(paths[label], result={k: v for k, v in r.items() if k != "trained"})
         results.append(r)
+        if on_result is not None:
+            on_result(list(results))
     return results
+
+
+def finished_result(path: str | None, cfg: ExperimentConfig) -> dict | None:
+    """The result kept in the checkpoint ``path`` of a run of ``cfg`` that has ended (its
+    rounds done and its result attached), else None. A file of another configuration is
+    refused (ValueError, one line). Several processes: None (each resumes from its files)."""
+    if path is None or jax.process_count() > 1 or not os.path.exists(path):
+        return None
+    meta = ckpt.read_meta(path)
+    ckpt.check_config(path, meta, cfg.to_dict())
+    if meta["rounds_done"] != cfg.rounds or not isinstance(meta.get("result"), dict):
+        return None
+    return meta["result"]

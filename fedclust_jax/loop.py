@@ -2,8 +2,9 @@
 evaluation records, end of run.
 
 Every run goes through these functions: ``experiment.run_rounds`` drives them from the
-host (chunks, progress, checkpoints, a device mesh), ``sweep`` vmaps ``run_program`` over
-grid points. Nothing here touches the host, so each function is jit-able and vmappable.
+host (chunks, progress, checkpoints, a device mesh), ``sweep_calls`` vmaps init, chunks and
+end of run over grid points. Nothing here touches the host, so each function is jit-able
+and vmappable.
 
 Keys (``core.keys``): the run key is ``RUN.restarts`` of ``key(seed)``; restart r's key is
 ``split(run_key, R)[r]``, its init key ``RESTART.init`` of that and round t's key

@@ -191,16 +191,20 @@ def studies(spec: dict, *, quick: bool = False, seeds: list[int] | None = None,
 
 # ----------------------------------------------------------------------------- running
 
-def _study_rows(study: dict, progress: bool) -> list[dict]:
+def _study_rows(study: dict, progress: bool, checkpoint: str | None = None,
+                checkpoint_every=None) -> list[dict]:
     """run_study for every point of the study's sweep: one row per (algorithm, point, seed)
-    with the swept paths, seed, rounds, the final metrics and "restarts.<key>" entries."""
+    with the swept paths, seed, rounds, the final metrics and "restarts.<key>" entries.
+    checkpoint: a folder holding each point's checkpoint (``point_checkpoint``)."""
     from fedclust_jax.experiment import run_study
     from fedclust_jax.sweep import apply_point, parse_sweep
     base, paths, grid = parse_sweep(study)
     rows = []
     for i, point in enumerate(grid):
         setting = dict(zip(paths, point))
-        for r in run_study(apply_point(base, setting), progress=progress):
+        for r in run_study(apply_point(base, setting), progress=progress,
+                           checkpoint=point_checkpoint(checkpoint, i),
+                           checkpoint_every=checkpoint_every):
             row = {"algorithm": r["algorithm"], "point": i, **setting,
                    "seed": r["config"]["seed"], "rounds": r["config"]["rounds"],
                    "restarts": r["config"]["restarts"], "wall_s": r["wall_s"]}
@@ -212,14 +216,20 @@ def _study_rows(study: dict, progress: bool) -> list[dict]:
 
 
 def run_table(spec: dict, *, quick: bool = False, seeds: list[int] | None = None,
-              data_dir: str | None = None, progress: bool = True) -> list[dict]:
+              data_dir: str | None = None, progress: bool = True,
+              checkpoint: str | None = None, checkpoint_every=None) -> list[dict]:
     """The rows of every part through the runner (``run_sweep`` or ``run_study``), each
-    with "part" added; curves are dropped (the tables read final metrics)."""
+    with "part" added; curves are dropped (the tables read final metrics). checkpoint: the
+    table's folder (``open_checkpoint``, checked before anything runs), each part resumable
+    in its own; checkpoint_every: its cadence ("60s" or "50r")."""
     from fedclust_jax.sweep import run_sweep
+    checkpoint_every = open_checkpoint(spec, quick, seeds, checkpoint, checkpoint_every)
     runner = spec["table"].get("runner", "sweep")
     rows = []
     for part, study in studies(spec, quick=quick, seeds=seeds, data_dir=data_dir).items():
-        got = run_sweep(study, progress=progress) if runner == "sweep" else _study_rows(study, progress)
+        ck = part_checkpoint(checkpoint, part)
+        got = (run_sweep(study, progress=progress, checkpoint=ck, checkpoint_every=checkpoint_every)
+               if runner == "sweep" else _study_rows(study, progress, ck, checkpoint_every))
         for r in got:
             rows += [{"part": part, **x} for x in curve_points(r)]
     return rows
@@ -537,6 +547,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="seeds to run (default: the study file's)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    add_checkpoint_arguments(p)
 
 
 def main(args) -> int:
@@ -574,10 +585,13 @@ def main(args) -> int:
     t0 = time.perf_counter()
     try:
         rows = run_table(spec, quick=args.quick, seeds=args.seeds, data_dir=args.data_dir,
-                         progress=not args.no_progress)
+                         progress=not args.no_progress, **checkpoint_arguments(args))
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:          # checkpoint.SaveFailed: a save failed (one line)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     record = {"command": command_line(args), "table": spec["id"], "quick": args.quick,
               "commit": commit(), "environment": environment(),
               "wall_s": time.perf_counter() - t0}
@@ -589,6 +603,85 @@ def main(args) -> int:
     print(md.read_text())
     print(f"reproduce: wrote {md} and {raw.name}", file=sys.stderr)
     return 0
+
+
+# ----------------------------------------------------------------------------- resume
+
+def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
+    """--checkpoint DIR and --checkpoint-every (``fedclust-jax sweep``'s)."""
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="folder where the table's runs save their state and ended points; "
+                        "rerunning the same command skips what ended and resumes the rest")
+    p.add_argument("--checkpoint-every", default=None, metavar="60s|50r",
+                   help="how often --checkpoint is saved: seconds (60s, the default) or rounds (50r)")
+
+
+TABLE_KIND = "fedclust_jax table checkpoint"
+
+
+def checkpoint_arguments(args) -> dict:
+    """run_table's checkpoint and checkpoint_every from --checkpoint / --checkpoint-every."""
+    return {"checkpoint": getattr(args, "checkpoint", None),
+            "checkpoint_every": getattr(args, "checkpoint_every", None)}
+
+
+def open_checkpoint(spec: dict, quick: bool, seeds, folder: str | None, every):
+    """Checks or creates the table's checkpoint folder and returns its cadence
+    (``progress.Cadence``, None: the default). DIR/table.json names the table and a
+    fingerprint of its studies (the data folder aside), so another table, --quick or
+    --seeds is refused in one line before anything runs; each part resumes in DIR/<part>
+    (``part_checkpoint``). A cadence without a folder is refused."""
+    import os
+
+    from fedclust_jax import checkpoint as ckpt
+    from fedclust_jax.progress import Cadence
+    from fedclust_jax.sweep_store import fingerprint
+    if folder is None:
+        if every is not None:
+            raise ValueError(f"--checkpoint-every {every} needs --checkpoint DIR")
+        return None
+    cadence = None if every is None else Cadence.parse(every)
+    parts = studies(spec, quick=quick, seeds=seeds, data_dir=None)
+    key = fingerprint([spec["id"], parts])
+    manifest = os.path.join(folder, "table.json")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ValueError(f"--checkpoint {folder!r} is a file; give a folder")
+    if os.path.exists(manifest):
+        saved = ckpt.read_json(manifest, TABLE_KIND)
+        if saved.get("fingerprint") != key:
+            raise ValueError(f"--checkpoint {folder!r} holds the runs of {saved.get('table')} "
+                             f"(quick {saved.get('quick')}, seeds {saved.get('seeds')}, or other "
+                             f"settings of its study file); rerun the command that wrote it, or "
+                             f"remove it or give another folder to start afresh")
+    elif os.path.isdir(folder) and any(not n.startswith(".") for n in os.listdir(folder)):
+        raise ValueError(f"--checkpoint {folder!r} holds files that are not a table checkpoint; "
+                         f"give an empty or new folder")
+    else:
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"--checkpoint {folder!r}: cannot create the folder "
+                             f"({e.strerror or e})") from None
+        ckpt.write_json(manifest, {"format": TABLE_KIND, "table": spec["id"], "quick": quick,
+                                   "seeds": seeds, "fingerprint": key})
+    return cadence
+
+
+def part_checkpoint(folder: str | None, part: str) -> str | None:
+    """A part's checkpoint folder inside the table's (``<part>``, or ``table`` when the
+    file has no parts)."""
+    import os
+    return None if folder is None else os.path.join(folder, part or "table")
+
+
+def point_checkpoint(folder: str | None, point: int) -> str | None:
+    """Grid point ``point``'s checkpoint (runner "study"): ``point-<i>.npz``, several
+    algorithms ``point-<i>-<label>.npz``. The folder is made on first use."""
+    import os
+    if folder is None:
+        return None
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"point-{point + 1}.npz")
 
 
 def _jsonable(v):

@@ -1,17 +1,20 @@
 """Results of a study: the table, the effective settings, the environment and the JSON file.
 
 ``check_output_path`` runs before any compute (the folder is created, the path must not be a
-folder and must be writable); ``save_results`` writes atomically and, if the path still
-fails, writes a fallback file and returns its path, so nothing computed is lost.
+folder and must be writable); ``save_results`` and ``save_rows`` write atomically and, if the
+path still fails, write a fallback file and return its path, so nothing computed is lost
+(``write_results`` / ``write_rows``: the same without the fallback, for outputs rewritten as
+results come).
 
 Nothing a user made is replaced: a writer replaces a file only when it holds what that writer
-writes (``written_kind``: run / compare results, sweep rows, a plot), or with ``overwrite``
-(``--overwrite``); otherwise it writes the first free ``<stem>-<n><suffix>`` beside it
-(``output_target``) and says so on stderr.
+writes (``written_kind``: run / compare results, sweep rows, a plot, a saved run state), or
+with ``overwrite`` (``--overwrite``); otherwise it writes the first free
+``<stem>-<n><suffix>`` beside it (``output_target``) and says so on stderr.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
@@ -311,15 +314,28 @@ def fallback_path(path: str) -> str:
     return os.path.join(tempfile.gettempdir(), name)
 
 
-def _write_json(results, path: str):
-    tmp = f"{path}.tmp-{os.getpid()}"
+def results_text(results) -> str:
+    """The JSON text ``save_results`` writes for ``results``."""
+    return json.dumps(results, indent=2, default=_jsonable)
+
+
+def _write_text(text: str, path: str):
+    """``text`` to ``path`` atomically: a hidden temporary file beside it, renamed over it."""
+    from fedclust_jax.checkpoint import file_mode
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                               dir=os.path.dirname(os.path.abspath(path)))
     try:
-        with open(tmp, "w") as f:
-            json.dump(results, f, indent=2, default=_jsonable)
+        os.fchmod(fd, file_mode())
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _write_json(results, path: str):
+    _write_text(results_text(results), path)
 
 
 def _jsonable(v):
@@ -327,6 +343,17 @@ def _jsonable(v):
         return float(v)
     except (TypeError, ValueError):
         return str(v)
+
+
+def write_results(results: list[dict] | dict, path: str) -> None:
+    """``results`` as JSON at ``path``, atomically; OSError when it cannot be written (no
+    fallback: for the writes made as results come, the last one falls back)."""
+    _write_json(results, path)
+
+
+def write_rows(rows: list[dict], path: str) -> None:
+    """Sweep rows at ``path`` as ``save_rows`` writes them, without its fallback."""
+    _write_rows(rows, path)
 
 
 def save_results(results: list[dict] | dict, path: str, overwrite: bool = False) -> str:
@@ -392,23 +419,22 @@ def _csv_cell(v):
     return v
 
 
-def _write_rows(rows: list[dict], path: str):
+def rows_text(rows: list[dict], path: str) -> str:
+    """The text ``save_rows`` writes for ``rows`` at ``path`` (.csv or .json)."""
     import csv
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", newline="") as f:
-            if path.endswith(".csv"):
-                cols = row_columns(rows)
-                writer = csv.writer(f)
-                writer.writerow(cols)
-                for r in rows:
-                    writer.writerow([_csv_cell(r.get(c)) for c in cols])
-            else:
-                json.dump(rows, f, indent=1, default=_jsonable)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    if not path.endswith(".csv"):
+        return json.dumps(rows, indent=1, default=_jsonable)
+    f = io.StringIO(newline="")
+    cols = row_columns(rows)
+    writer = csv.writer(f)
+    writer.writerow(cols)
+    for r in rows:
+        writer.writerow([_csv_cell(r.get(c)) for c in cols])
+    return f.getvalue()
+
+
+def _write_rows(rows: list[dict], path: str):
+    _write_text(rows_text(rows, path), path)
 
 
 def check_rows_path(path: str, what: str = "--output", overwrite: bool | None = None) -> str:

@@ -20,8 +20,15 @@ Data come from each seed as in ``run_experiment`` (``fold_in(key(seed), 0)``); d
 for every seed of a group are shared, otherwise each point gets its seed's data on a
 leading axis. Points are run in calls of ``c`` points, c the largest that fits memory
 (``core.memory`` pre-check; the last call is padded so every call reuses the program).
-Each point runs ``loop.run_program``, the loop every run goes through, with the keys of
-``run_experiment``, so a point equals the single run with its settings.
+A call runs three compiled programs vmapped over its points (``sweep_calls``): init, chunks
+of rounds (``loop.run_chunk``, the loop every run goes through, one compilation for chunks
+of any length) and the end of run, with the keys of ``run_experiment``, so a point equals
+the single run with its settings.
+
+Resume (``checkpoint=DIR``, ``sweep_store``): each call saves its points' state at the
+cadence, the rows of ended calls are kept in DIR, and rerunning the same sweep skips them
+and resumes the call in flight; ``on_rows`` gets the rows so far after every call, so an
+output file is whole after every point.
 
 Rows (``run_sweep``): one per (algorithm, point, seed) -- points that give an algorithm the
 same configuration (e.g. another algorithm's parameter varies) run once -- holding:
@@ -29,8 +36,8 @@ algorithm (label), algorithm_name, point (index in the grid), program (index of 
 compiled program), swept (the swept paths that apply to the algorithm), the swept paths as columns (e.g. "ifca.lr"), the effective setting
 (dataset, model, rounds, restarts, eval_every, seed, data.<k>, model_args.<k>,
 params.<k>), the final metrics (``experiment.summarize``: test_loss, test_acc, ...,
-misclustering, ari) and curves (``experiment.curves_from_records``; None without
-eval_every).
+misclustering, ari), curves (``experiment.curves_from_records``; None without
+eval_every) and program_wall_s (seconds of the call of its program that ran it).
 """
 
 from __future__ import annotations
@@ -45,14 +52,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedclust_jax import loop
+from fedclust_jax import checkpoint as ckpt
 from fedclust_jax.algorithms import hparams
 from fedclust_jax.algorithms.registry import ALGORITHMS, accepted_params, effective_params
 from fedclust_jax.contract import check_algorithm
 from fedclust_jax.experiment import (build_run_algorithm, check_fits_data, effective_data,
                                      load_study_data, resolve_layout, stored_data,
                                      study_configs, summarize)
-from fedclust_jax.loop import curve_rounds, curves_from_records, eval_spec, split_history
+from fedclust_jax.loop import curve_rounds, curves_from_records, eval_spec
+from fedclust_jax.sweep_store import as_json, fingerprint
 
 MODES = ("product", "zip")
 GLOBAL_PATHS = ("seed", "rounds", "restarts", "eval_every", "model", "dtype")
@@ -242,68 +250,144 @@ def _fit_points(alg, data, layout, restarts: int, n: int, shared: bool, limit) -
         c = max(1, c // 2)
 
 
-def _program(alg, cfg, traced: tuple, spec, shared: bool, stats: dict):
-    """jit(vmap over points) of ``loop.run_program``: one point's whole run (init of every
-    restart, the rounds, the end of run) from its traced values {name: [c]}, data (shared
-    or [c, ...]) and seed (uint32[c]); keys as ``run_experiment``'s (``loop.run_key``)."""
-    def point(hp, data, seed):
-        stats["traces"] = stats.get("traces", 0) + 1    # once per compilation
-        a = alg.rebuild(hparams.with_values(alg.cfg, hp)) if hp else alg
-        return loop.run_program(a, data, loop.run_key(seed), rounds=cfg.rounds,
-                                restarts=cfg.restarts, eval_every=cfg.eval_every, spec=spec)
+def grid_key(study: dict) -> tuple[str, str]:
+    """(fingerprint, the grid in words) of a sweep: every point's label and configuration
+    (``sweep_store``), from the study alone (nothing is built)."""
+    base, paths, grid = parse_sweep(study)
+    items = [[i, label, cfg.rounds, ckpt.comparable(cfg.to_dict())]
+             for i, point in enumerate(grid)
+             for label, cfg in study_configs(apply_point(base, dict(zip(paths, point))))]
+    table = study["sweep"]
+    grid_text = " x ".join(f"{p} = {_show(table[p])}" for p in paths)
+    if table.get("mode", "product") == "zip":
+        grid_text = "zip of " + grid_text.replace(" x ", ", ")
+    return fingerprint([paths, items]), f"{len(grid)} point(s): {grid_text}"
 
-    return jax.jit(jax.vmap(point, in_axes=(0, None if shared else 0, 0)))
+
+def _calls(n: int, c: int) -> list[list[int]]:
+    """Item indices of each call of c points (the last padded with its last item, so every
+    call has the program's shapes)."""
+    out = []
+    for start in range(0, n, c):
+        idx = list(range(start, min(start + c, n)))
+        out.append(idx + [idx[-1]] * (c - len(idx)))
+    return out
 
 
-def run_group(g: int, group: dict, datas: dict, *, memory_limit=None, max_points=None,
-              stats: dict, progress: bool = True) -> list[tuple[int, object, dict, dict | None]]:
-    """Runs one group's points; [(point index, cfg, metrics, curves)] in item order."""
+def run_group(g: int, group: dict, datas: dict, paths: list[str], *, memory_limit=None,
+              max_points=None, stats: dict, progress: bool = True, store=None,
+              cadence=None, on_call=None, programs_count: int = 1) -> None:
+    """Runs one group's points in calls of c points; the rows of each call, in item order,
+    go to ``on_call(rows)`` as it ends. With ``store`` (``sweep_store.SweepStore``) an
+    ended call's rows are read back instead of run, the call in flight resumes from its
+    state file, and each call saves its state at ``cadence``."""
+    from fedclust_jax.sweep_calls import CAPACITY, CallRun, Programs, run_call
     items, cfg0 = group["items"], group["cfg"]
     point_data = [datas[_data_key(cfg)] for _, _, cfg in items]
     data0 = point_data[0]
+    n = len(items)
+    c = store.points_per_call(g) if store is not None else None
+    calls = None if c is None else _calls(n, c)
+    ended = [] if calls is None else [store.ended(g, k) for k in range(len(calls))]
+    if calls is not None and all(r is not None for r in ended):
+        if progress:
+            print(f"sweep: program {g + 1}: {group['label']}, {n} point(s) ended in "
+                  f"{store.path}", file=sys.stderr, flush=True)
+        for k, rows in enumerate(ended):
+            store.end_kept(g, k)
+            on_call(rows)
+        return
     alg = build_run_algorithm(cfg0, data0)
     alg, layout = resolve_layout(alg, data0, restarts=cfg0.restarts, memory_limit=memory_limit)
     check_algorithm(alg, data0)
     unique = list({_data_key(cfg): datas[_data_key(cfg)] for _, _, cfg in items}.values())
     shared = _same(unique)
-    n = len(items)
-    c = _fit_points(alg, data0, layout, cfg0.restarts, n, shared, memory_limit)
-    if max_points is not None:
-        c = min(c, max_points)
+    if c is None:
+        c = _fit_points(alg, data0, layout, cfg0.restarts, n, shared, memory_limit)
+        if max_points is not None:
+            c = min(c, max_points)
+        calls = _calls(n, c)
+        ended = [None] * len(calls)
+        if store is not None:
+            store.set_points_per_call(g, c)
     spec = eval_spec(alg, data0) if cfg0.eval_every else None
-    program = _program(alg, cfg0, group["traced"], spec, shared, stats)
-    t0 = time.perf_counter()
+    # the capacity does not depend on the cadence: a rerun with another runs the same program
+    programs = Programs(alg, cfg0, spec, shared, stats, max(1, min(cfg0.rounds, CAPACITY)))
     if progress:
+        done = sum(r is not None for r in ended)
         print(f"sweep: program {g + 1}: {group['label']} ({cfg0.algorithm}), {n} point(s)"
               f"{', traced ' + ', '.join(group['traced']) if group['traced'] else ''}"
-              f"{'' if c >= n else f', {c} per call'}", file=sys.stderr, flush=True)
-    out = []
-    for start in range(0, n, c):
-        idx = list(range(start, min(start + c, n)))
-        idx += [idx[-1]] * (c - len(idx))     # pad: every call has the program's shapes
+              f"{'' if c >= n else f', {c} per call'}"
+              f"{f', {done} of {len(calls)} calls ended in {store.path}' if done else ''}",
+              file=sys.stderr, flush=True)
+    for k, idx in enumerate(calls):
+        if ended[k] is not None:
+            store.end_kept(g, k)
+            on_call(ended[k])
+            continue
+        t0 = time.perf_counter()
         hp = {name: jnp.asarray([float(items[i][2].params[name]) for i in idx], jnp.float32)
               for name in group["traced"]}
         seeds = jnp.asarray([items[i][2].seed for i in idx], jnp.uint32)
         data = data0 if shared else jax.tree.map(lambda *a: jnp.stack(a), *[point_data[i] for i in idx])
-        objective, evaluation, hist = jax.device_get(program(hp, data, seeds))
+        where = (f"program {g + 1} of {programs_count} ({group['label']}, "
+                 f"{_points([items[i][0] for i in dict.fromkeys(idx)])})")
+        state_path = store.state_path(g, k) if store is not None else None
+        status = CallRun(cfg0.rounds, where, state_path)
+        try:
+            objective, evaluation, records = run_call(
+                programs, hp, data, seeds, state_path=state_path,
+                config=store.call_config(g, k, [items[i][0] for i in idx]) if store else {},
+                cadence=cadence, label=f"sweep {where}", progress=progress, status=status)
+        except KeyboardInterrupt:
+            raise CallInterrupted(status) from None
+        except jax.errors.ConcretizationTypeError as e:     # Python code on a traced value
+            swept = ", ".join(group["traced"]) or "none"
+            raise ValueError(f"sweep {where}: {cfg0.algorithm} branches in Python on a traced "
+                             f"value ({str(e).strip().splitlines()[0]}); traced here: {swept}. "
+                             "Compute with them (jnp.where, jax.lax.cond) or leave them out "
+                             "of the config's TRACED") from None
+        wall = time.perf_counter() - t0
+        rows = []
         for j, i in enumerate(dict.fromkeys(idx)):
             obj = np.asarray(objective[j])
             chosen = int(np.nanargmin(obj)) if np.isfinite(obj).any() else 0
             ev = jax.tree.map(lambda a: a[j, chosen], evaluation)
-            cfg = items[i][2]
+            point, label, cfg = items[i]
             metrics = summarize(alg, ev, point_data[i])
             curves = None
             if cfg.eval_every:
                 done = curve_rounds(cfg.rounds, cfg.eval_every)
-                rounds_hist, records = split_history({k: v[j] for k, v in hist.items()}, done)
-                curves = curves_from_records({k: v[chosen] for k, v in records.items()}, done,
-                                             spec, {k: v[chosen] for k, v in rounds_hist.items()})
-            out.append((items[i][0], cfg, metrics, curves))
-    wall = time.perf_counter() - t0
+                own = {k: v[j, chosen] for k, v in records.items() if k.startswith("round.")}
+                curves = curves_from_records({key: v[j, chosen] for key, v in records.items()
+                                              if not key.startswith("round.")}, done, spec)
+                for key, values in own.items():     # the algorithm's round metrics
+                    curves.setdefault(key[len("round."):], [float(x) for x in values])
+            rows.append(_row(label, point, g, paths, cfg, point_data[i], metrics, curves, wall))
+        rows = as_json(rows)
+        if store is not None:
+            store.end(g, k, rows)
+        on_call(rows)
     if progress:
-        print(f"sweep: program {g + 1} done in {wall:.1f} s", file=sys.stderr, flush=True)
-    group["wall_s"], group["points_per_call"] = wall, c
-    return out
+        print(f"sweep: program {g + 1} done", file=sys.stderr, flush=True)
+
+
+def _points(points: list[int]) -> str:
+    """Grid points (0-based) in words, numbered from 1: "points 1, 3" or "points 5-12"."""
+    shown = [p + 1 for p in points]
+    if len(shown) > 1 and shown == list(range(shown[0], shown[-1] + 1)):
+        return f"points {shown[0]}-{shown[-1]}"
+    if len(shown) <= 4:
+        return ("point " if len(shown) == 1 else "points ") + ", ".join(map(str, shown))
+    return f"{len(shown)} points from {shown[0]} to {shown[-1]}"
+
+
+class CallInterrupted(KeyboardInterrupt):
+    """An interrupt inside a call (``run_group``); ``status``: its ``CallRun``."""
+
+    def __init__(self, status):
+        super().__init__(status.where)
+        self.status = status
 
 
 def _row(label, point, g, paths, cfg, data, metrics, curves, wall) -> dict:
@@ -337,24 +421,48 @@ def _row(label, point, g, paths, cfg, data, metrics, curves, wall) -> dict:
 
 
 def run_sweep(study: dict, *, progress: bool = True, memory_limit: int | None = None,
-              max_points: int | None = None, stats: dict | None = None) -> list[dict]:
+              max_points: int | None = None, stats: dict | None = None,
+              checkpoint: str | None = None, checkpoint_every=None, on_rows=None) -> list[dict]:
     """Runs the study's sweep (module docstring); returns the rows, ordered by algorithm
     (the study's order), then grid point.
 
     memory_limit: bytes (default: what the device has free); max_points: at most this many
     points per call of a program. stats: a dict filled with "programs" (groups run) and
-    "traces" (programs traced, i.e. compiled).
+    "traces" (chunk programs traced, i.e. compiled; one per group run).
+    checkpoint: a folder (``sweep_store``): every call saves its points' state at the
+    cadence ``checkpoint_every`` ("60s" or "50r"; default ``progress.DEFAULT_CADENCE``),
+    ended calls keep their rows there, and a rerun of the same sweep skips them and resumes
+    the call in flight; another sweep's folder is refused in one line before anything is
+    built. on_rows: called with every row so far (ordered) after each call ends, e.g. to
+    write the output as points end. An interrupt raises ``progress.RunInterrupted`` naming
+    the program, the points ended and what the folder holds.
     """
+    from fedclust_jax.progress import DEFAULT_CADENCE, Cadence, RunInterrupted
+    from fedclust_jax.sweep_store import SweepStore
     stats = {} if stats is None else stats
+    cadence = Cadence.parse(checkpoint_every) if checkpoint_every is not None else DEFAULT_CADENCE
+    store = None
+    if checkpoint is not None:
+        store = SweepStore(checkpoint, *grid_key(study)).open()
     paths, groups, datas = plan(study)
     stats.update(programs=len(groups), traces=0)
     order = {label: i for i, label in enumerate(study["algorithms"])}
     rows = []
+    total = sum(len(g["items"]) for g in groups)
+
+    def on_call(new):
+        rows.extend(new)
+        rows.sort(key=lambda r: (order[r["algorithm"]], r["point"]))
+        if on_rows is not None:
+            on_rows(list(rows))
     for g, group in enumerate(groups):
-        for point, cfg, metrics, curves in run_group(g, group, datas, memory_limit=memory_limit,
-                                                     max_points=max_points, stats=stats,
-                                                     progress=progress):
-            rows.append(_row(group["label"], point, g, paths, cfg, datas[_data_key(cfg)],
-                             metrics, curves, group["wall_s"]))
-    rows.sort(key=lambda r: (order[r["algorithm"]], r["point"]))
+        try:
+            run_group(g, group, datas, paths, memory_limit=memory_limit, max_points=max_points,
+                      stats=stats, progress=progress, store=store, cadence=cadence,
+                      on_call=on_call, programs_count=len(groups))
+        except CallInterrupted as e:
+            s = e.status
+            kept = f"{len(rows)} of {total} point(s) ended" + (f" in {checkpoint}" if store else "")
+            raise RunInterrupted(f"sweep {s.where}", s.done, s.rounds, s.state_path, s.saved,
+                                 finished=kept, hint="--checkpoint DIR") from None
     return rows

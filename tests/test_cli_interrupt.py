@@ -71,17 +71,22 @@ def last_line(err: str) -> re.Match:
     return m
 
 
-def test_sigint_says_what_the_checkpoint_holds_and_exits_130(tmp_path):
-    code, err = interrupted_run(tmp_path, signal.SIGINT, ["--checkpoint", "ck.npz"])
+def test_sigint_says_what_the_checkpoint_holds_and_the_rounds_lost(tmp_path):
+    """Saved every 40 rounds (chunks of 20): the line gives the file's round and the rounds
+    done since, at most the cadence."""
+    code, err = interrupted_run(tmp_path, signal.SIGINT, ["--checkpoint", "ck.npz",
+                                                          "--checkpoint-every", "40r"])
     assert code == 130, err
     m = last_line(err)
-    held = re.fullmatch(r"ck\.npz holds round (\d+); rerun the same command to resume",
-                        m.group(3))
+    held = re.fullmatch(r"ck\.npz holds round (\d+) \((no|\d+) rounds? lost\); rerun the same "
+                        r"command to resume", m.group(3))
     assert held, err
     saved = read_meta(str(tmp_path / "ck.npz"))["rounds_done"]
-    assert int(held.group(1)) == saved and saved % 20 == 0 and saved >= 20
+    assert int(held.group(1)) == saved and saved % 40 == 0 and saved >= 40
+    lost = 0 if held.group(2) == "no" else int(held.group(2))
+    assert lost <= 40                          # an interrupt during a save: all 40
     if m.group(1) is not None:                 # the runner says where it stopped
-        assert int(m.group(1)) >= saved
+        assert int(m.group(1)) == saved + lost
 
 
 def test_sigterm_without_a_checkpoint_says_so(tmp_path):
@@ -104,8 +109,9 @@ def test_an_interrupt_before_the_first_round_is_one_line(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("checkpoint, held, words", [
-    ("ck.npz", 40, "ck.npz holds round 40; rerun the same command to resume"),
-    ("ck.npz", None, "ck.npz holds no round yet; rerun the same command to start again"),
+    ("ck.npz", 40, "ck.npz holds round 40 (17 rounds lost); rerun the same command to resume"),
+    ("ck.npz", None, "ck.npz holds no round yet (57 rounds lost); rerun the same command to "
+                     "start again"),
     (None, None, "no checkpoint was asked for"),
 ])
 def test_the_runners_interrupt_is_printed_as_its_line(monkeypatch, capsys, checkpoint, held,
@@ -165,5 +171,5 @@ def test_the_checkpoint_file_says_which_round_it_holds(monkeypatch, capsys, tmp_
     monkeypatch.setattr(experiment, "run_study", interrupted)
     assert main(["run", "--algorithm", "ifca"] + TINY) == 130
     assert capsys.readouterr().err.strip() == (
-        "ifca: interrupted at round 1000 of 5000; ck.npz holds round 1000; rerun the same "
-        "command to resume")
+        "ifca: interrupted at round 1000 of 5000; ck.npz holds round 1000 (no round lost); "
+        "rerun the same command to resume")

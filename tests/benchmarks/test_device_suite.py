@@ -1,4 +1,6 @@
-"""The device suite's dry run: every in-process part at toy size on the CPU, files parse."""
+"""The device suite's dry run: every in-process part at toy size on the CPU, files parse, and
+a second run resumes from the first one's archive (its parts kept, its tables' checkpoints
+resumed)."""
 
 import json
 import os
@@ -26,8 +28,12 @@ def tiny_mnist(root: Path) -> None:
 
 
 def suite(tmp_path, *args, timeout=300):
+    out = "out"
+    if "--out-as" in args:
+        i = args.index("--out-as")
+        out, args = args[i + 1], args[:i] + args[i + 2:]
     return subprocess.run([sys.executable, "benchmarks/device_suite.py", "--dry-run", "--data-dir",
-                           str(tmp_path / "data"), "--out", str(tmp_path / "out"), *args],
+                           str(tmp_path / "data"), "--out", str(tmp_path / out), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})   # as on a device: no install
 
@@ -56,6 +62,26 @@ def test_dry_run_writes_each_part_its_table_and_a_parsable_summary(tmp_path):
     assert (out / "summary.md").read_text().startswith("`python benchmarks/device_suite.py --dry-run")
     with tarfile.open(tmp_path / "suite.tar.gz") as tar:
         assert "device_suite/summary.json" in tar.getnames()
+        # the table ran with a checkpoint saved every round: its points, ended, are packed
+        kept = {n: tar.extractfile(n).read() for n in tar.getnames()
+                if n.startswith("device_suite/checkpoints/ifca-figure3b/") and n.endswith(".npz")}
+    assert kept
+
+    # the next run resumes from the archive: the sweep part is kept, the table resumes from
+    # its checkpoints (every point ended: none is run again) and gives the same rows
+    res = suite(tmp_path, "--parts", "sweep", "ifca-figure3b", "--resume-from",
+                str(tmp_path / "suite.tar.gz"), "--out-as", "out2")
+    assert res.returncode == 0, res.stdout + res.stderr
+    out2 = tmp_path / "out2"
+    status = {r["part"]: r for r in json.loads((out2 / "summary.json").read_text())["parts"]}
+    assert status["sweep"]["status"] == "ok" and "--resume-from" in status["sweep"]["reason"]
+    assert status["ifca-figure3b"]["status"] == "ok", status["ifca-figure3b"]
+    assert "--checkpoint" in (out2 / "ifca-figure3b.txt").read_text().splitlines()[0]
+    for name, before in kept.items():    # not saved again: the points were not rerun
+        assert (out2 / name.removeprefix("device_suite/")).read_bytes() == before, name
+    again = json.loads((out2 / "ifca" / "figure3b.json").read_text())
+    drop = lambda rows: [{k: v for k, v in r.items() if not k.endswith("wall_s")} for r in rows]
+    assert drop(again["rows"]) == drop(record["rows"])
 
 
 def test_a_table_with_a_full_run_in_done_is_skipped(tmp_path):

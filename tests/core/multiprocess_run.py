@@ -4,8 +4,9 @@
 
 Every process joins through ``jax.distributed.initialize`` (CPU collectives: gloo), builds the
 same data from the same seed and runs ``run_experiment`` (``CONFIG``, ROUNDS rounds if given)
-over all processes' devices; process 0 writes the result to OUT_JSON and the run's checkpoint
-to OUT_JSON.ckpt.npz. When that checkpoint exists, the run resumes from it."""
+over all processes' devices; process 0 writes the result to OUT_JSON, and every process its
+own shards of the run's checkpoint OUT_JSON.ckpt (``fedclust_jax.checkpoint``: files
+OUT_JSON.ckpt.p<i>-of-2.<a|b>.npz). When those files exist, the run resumes from them."""
 
 import json
 import os
@@ -30,7 +31,7 @@ def main():
     import jax
 
     from fedclust_jax.experiment import ExperimentConfig, run_experiment
-    # the checkpoint is written after every chunk: gathered from both processes, by process 0
+    # the checkpoint: every process saves its own shards at the end of the run
     result = run_experiment(ExperimentConfig(**config), progress=False, devices=jax.device_count(),
                             checkpoint=out_path + ".ckpt.npz")
     result["process_count"] = jax.process_count()

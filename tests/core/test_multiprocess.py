@@ -1,7 +1,8 @@
 """Two processes on localhost (``jax.distributed.initialize``, CPU collectives through gloo)
 run one IFCA experiment with the clients split over both processes' devices, and match the
-single-process run, also when resumed from their checkpoint. Each process is bounded by a
-timeout, so a hang fails the test."""
+single-process run, also when resumed from their checkpoint files (one per process, each
+holding that process's shards). Each process is bounded by a timeout, so a hang fails the
+test."""
 
 import json
 import os
@@ -54,12 +55,26 @@ def one():
     return run_experiment(ExperimentConfig(**CONFIG), progress=False)
 
 
+def newest(files):
+    """(path, arrays) of the file with the most rounds among a process's two slots."""
+    best = None
+    for f in files:
+        if os.path.exists(f):
+            with np.load(f) as ck:
+                arrays = {k: ck[k] for k in ck.files}
+            done = json.loads(bytes(arrays["meta"]).decode())["rounds_done"]
+            if best is None or done > best[0]:
+                best = (done, f, arrays)
+    return best[1], best[2]
+
+
 def test_two_processes_equal_one_and_resume_from_their_checkpoint(tmp_path, one):
-    """Two processes run rounds 1-2 and match one process; two new ones resume from the
-    checkpoint (every process reads it and keeps its own shards) and end where one
-    uninterrupted process ends. The checkpoint's history is scaled by 10 before resuming, so
-    the resumed run's first two rounds show that the file was read rather than the rounds
-    rerun. (One test for both: each pair of processes costs a JAX start and a compile.)"""
+    """Two processes run rounds 1-2 and match one process; each saved its own shards of the
+    states (no gather) in its own file. Two new processes resume from those files (each
+    reads only its own) and end where one uninterrupted process ends. Each file's history
+    is scaled by 10 before resuming, so the resumed run's first two rounds show that the
+    files were read rather than the rounds rerun. (One test for both: each pair of
+    processes costs a JAX start and a compile.)"""
     out_path = str(tmp_path / "two.json")
     codes, logs = run_processes(out_path, rounds=2)
     assert codes == [0, 0], "\n".join(log[-2000:] for log in logs)
@@ -67,17 +82,22 @@ def test_two_processes_equal_one_and_resume_from_their_checkpoint(tmp_path, one)
     assert first["process_count"] == 2 and first["device_count"] == 2
     want = np.asarray(one["history"]["train_loss"])
     np.testing.assert_allclose(first["history"]["train_loss"], want[:2], rtol=1e-5)
-    # the checkpoint of the sharded states: gathered whole, written by process 0
-    ckpt_path = out_path + ".ckpt.npz"
-    with np.load(ckpt_path) as ck:
-        arrays = {k: ck[k] for k in ck.files}
-    assert json.loads(bytes(arrays["meta"]).decode())["rounds_done"] == 2
-    np.testing.assert_allclose(arrays["history_train_loss"][first["restarts"]["chosen"]],
-                               first["history"]["train_loss"], rtol=1e-6)
-    shapes = [a.shape for k, a in arrays.items() if k.startswith("state_")]
-    assert (CONFIG["restarts"], CONFIG["data"]["num_clients"]) in shapes  # assign [R, N]
-    arrays["history_train_loss"] = 10 * arrays["history_train_loss"]
-    np.savez(ckpt_path, **arrays)
+    stem = out_path + ".ckpt"
+    assert not os.path.exists(stem + ".npz")
+    n, r = CONFIG["data"]["num_clients"], CONFIG["restarts"]
+    halves = []
+    for p in range(2):
+        path, arrays = newest([f"{stem}.p{p}-of-2.{slot}.npz" for slot in "ab"])
+        meta = json.loads(bytes(arrays["meta"]).decode())
+        assert meta["rounds_done"] == 2 and meta["process"] == p and meta["process_count"] == 2
+        np.testing.assert_allclose(arrays["history_train_loss"][first["restarts"]["chosen"]],
+                                   first["history"]["train_loss"], rtol=1e-6)
+        # its own half of every per-client leaf (assign [R, N]), with the index it covers
+        halves += [tuple(map(tuple, index)) for i, j, index in meta["shards"]
+                   if arrays[f"state_{i}_{j}"].shape == (r, n // 2)]
+        arrays["history_train_loss"] = 10 * arrays["history_train_loss"]
+        np.savez(path, **arrays)
+    assert ((0, r), (0, n // 2)) in halves and ((0, r), (n // 2, n)) in halves
     codes, logs = run_processes(out_path, rounds=CONFIG["rounds"])
     assert codes == [0, 0], "\n".join(log[-2000:] for log in logs)
     resumed = json.load(open(out_path))
