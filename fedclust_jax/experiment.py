@@ -28,7 +28,7 @@ from fedclust_jax.loop import (curve_rounds, curves_from_records, eval_record, e
                                scan_rounds, split_history)
 from fedclust_jax.presets import default_model
 from fedclust_jax.progress import (DEFAULT_CADENCE, Cadence, ChunkSchedule, Progress,  # noqa: F401
-                                   RunInterrupted, chunk_length)  # (re-exported)
+                                   RunInterrupted, chunk_length, metrics_text)  # (re-exported)
 from fedclust_jax.results import format_table, save_results  # noqa: F401 (re-exported)
 from fedclust_jax.algorithms.registry import ALGORITHMS, build_algorithm, make_config
 from fedclust_jax.data.federated import check_dtype
@@ -158,8 +158,7 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
                 ckpt.save(checkpoint, states, _merge(history), stop, config or {})
                 saved_round = stop
                 schedule.saved()
-            loss = hist.get("train_loss")
-            bar.update(stop, "" if loss is None else f"train loss {float(loss[:, -1].min()):.4g}")
+            bar.update(stop, metrics_text(hist))
             start = stop
         if checkpoint and saved_round != rounds:     # zero rounds: the file still says so
             ckpt.save(checkpoint, states, _merge(history), rounds, config or {})

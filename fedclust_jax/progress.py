@@ -281,6 +281,20 @@ class ChunkSchedule:
 LONG_RUN_S = 3600.0
 
 
+def metrics_text(history: dict, most: int = 3) -> str:
+    """The progress line's metrics: the last round's value of the first ``most`` scalar
+    round metrics (train_loss first, then the algorithm's own in their order), each the
+    lowest over the restarts; history {name: [R, T, ...]} (evaluation records left out)."""
+    names = sorted((k for k in history if not k.startswith("eval.")),
+                   key=lambda k: k != "train_loss")
+    parts = []
+    for k in names:
+        v = history[k]
+        if getattr(v, "ndim", 0) == 2 and v.shape[1] and len(parts) < most:
+            parts.append(f"{k.replace('_', ' ')} {float(v[:, -1].min()):.4g}")
+    return " ".join(parts)
+
+
 def duration(seconds: float) -> str:
     """A duration for people: '45 s', '12 min', '4.4 h', '3.2 days'."""
     if seconds < 120:

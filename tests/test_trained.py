@@ -120,3 +120,10 @@ def test_a_round_metric_reaches_curves_and_a_plot_panel(tmp_path):
     assert main(["plot", str(out), "--metric", "model_norm", "-o", str(tmp_path / "n.png")]) == 0
     from fedclust_jax.results import format_curves
     assert "model_norm" in format_curves([result]).splitlines()[1]
+
+
+def test_the_progress_line_shows_round_metrics():
+    from fedclust_jax.progress import metrics_text
+    history = {"eval.test_loss": np.zeros((2, 3)), "model_norm": np.array([[1.0, 2.0], [3.0, 1.5]]),
+               "train_loss": np.array([[0.5, 0.25], [0.3, 0.125]]), "sizes": np.zeros((2, 2, 4))}
+    assert metrics_text(history) == "train loss 0.125 model norm 1.5"
