@@ -160,7 +160,7 @@ def test_run_prints_the_curves_of_the_chosen_restart(tmp_path, capsys):
     assert printed.index("algorithm ") < printed.index("curves of ifca")  # after the table
     block = printed[printed.index("curves of ifca"):].splitlines()
     assert f"restart {r['restarts']['chosen']} of 2 (lowest training objective)" in block[0]
-    assert block[1].split() == ["round", "acc", "loss", "miscl", "ARI", "K", "found"]
+    assert block[1].split() == ["round", "acc", "loss", "miscl", "ARI", "K", "found", "train_loss"]
     rows = [line.split() for line in block[3:5]]
     assert [int(row[0]) for row in rows] == curves["round"] == [1, 2]
     for i, row in enumerate(rows):

@@ -146,7 +146,7 @@ def test_results_of_a_larger_run_and_foreign_files_are_kept(tmp_path, monkeypatc
     they start; a run as large replaces them, and so does --overwrite; a .md that reproduce
     did not write is kept. The rows are the committed ones (the files are the subject)."""
     record = json.loads((RESULTS / "srfca" / "table5.json").read_text())
-    monkeypatch.setattr(reproduce, "run_table", lambda spec, quick, seeds, data_dir, progress: [
+    monkeypatch.setattr(reproduce, "run_table", lambda spec, quick, seeds, data_dir, progress, **kw: [
         r for r in record["rows"] if r["seed"] in (seeds or ([0, 1] if quick else range(5)))])
     out = tmp_path / "srfca"
     shutil.copytree(RESULTS / "srfca", out)

@@ -119,11 +119,13 @@ def test_compare_resumes_the_interrupted_algorithm_and_keeps_the_ended_one(tmp_p
     assert "ifca: resuming from round " in err
     again = json.loads((tmp_path / "r.json").read_text())
     assert [r["algorithm"] for r in again] == ["fedavg", "ifca"] and again[0] == kept
-    (tmp_path / "mine.json").write_text("[]")
-    assert main(args + ["--output", str(tmp_path / "mine.json"), "--checkpoint", ck]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "exists and was not written by an earlier run" in err and len(err.splitlines()) == 1
+    (tmp_path / "mine.json").write_text("[]")      # not results: kept, the output beside it
+    assert main(args + ["--output", str(tmp_path / "mine.json"), "--checkpoint", ck]) == 1
+    err = capsys.readouterr().err
+    assert "mine.json is not run / compare results written by fedclust-jax: it is kept" in err
     assert (tmp_path / "mine.json").read_text() == "[]"
+    beside = json.loads((tmp_path / "mine-1.json").read_text())
+    assert [r["metrics"] for r in beside] == [r["metrics"] for r in again]
     assert main(["run", "--algorithm", "ifca", "--checkpoint-every", "5r"]) == 2
     assert "needs --checkpoint" in capsys.readouterr().err
 

@@ -115,7 +115,9 @@ def test_padding_never_leaks_into_losses_or_training():
 
 
 def test_participation_is_static_and_without_replacement():
-    assert num_participants(100, 0.1) == 10 and num_participants(3, 0.01) == 1
+    assert num_participants(100, 0.1) == 10 and num_participants(3, 0.2) == 1
+    with pytest.raises(ValueError, match="rounds to 0 participants"):
+        num_participants(3, 0.01)             # refused, not clamped to one
     ids = sample_participants(jax.random.key(0), 50, 20)
     assert len(set(np.asarray(ids).tolist())) == 20
     ids2, keys = participants(jax.random.key(0), 50, 1.0)
