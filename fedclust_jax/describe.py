@@ -5,8 +5,9 @@ docstring of the thing that takes a parameter (a dataset or model builder, an al
 config class) holds an entry ``name: meaning`` for each parameter. An entry starts at the
 beginning of a line or after "; " or ". "; several names may share one (``n / n_test:
 ...``, ``a, b and c: ...``) and a parenthesis may follow the names (``lr (traced): ...``).
-It runs to the next entry, a blank line or the end of the docstring. The one-line help is
-the docstring's first sentence.
+It runs to the next entry (or any ``word:`` that starts a line after a finished sentence),
+an aside such as "; static: ...", a blank line or the end of the docstring. The one-line
+help is the docstring's first sentence.
 
     def swapped_labels(key, num_clients: int = 8, swap: float = 0.5):
         '''Two clusters of clients whose labels differ by a swap.
@@ -43,8 +44,7 @@ def meanings(doc: str | None, names) -> dict[str, str]:
     # an entry ends at the next head: one of ``names``, or any ``word:`` that starts a line
     # after a finished sentence or entry ("...;" / "..." + "." / a blank line)
     heads = [m for m in _HEAD.finditer(text)
-             if known(m) or re.search(r"(^|[;.:]\s*\n|\n\s*\n)[ \t]*$", text[:m.start()]
-                                      + text[m.start():m.start(1)])]
+             if known(m) or re.search(r"(^|[;.:]\s*\n|\n\s*\n)[ \t]*$", text[:m.start(1)])]
     out: dict[str, str] = {}
     for i, m in enumerate(heads):
         if not known(m):
@@ -59,12 +59,6 @@ def meanings(doc: str | None, names) -> dict[str, str]:
         for n in re.split(_JOIN, m.group(1)):
             out.setdefault(n.strip(), body)
     return {k: v for k, v in out.items() if v}
-
-
-def undescribed(doc: str | None, names) -> list[str]:
-    """The ``names`` that ``doc`` gives no meaning."""
-    found = meanings(doc, names)
-    return [n for n in names if n not in found]
 
 
 NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
