@@ -18,8 +18,10 @@ program vmapped over the points (restarts a vmap inside). Everything else (K, lo
 batch size, model, dataset parameters, rounds) is static and makes a separate program.
 Data come from each seed as in ``run_experiment`` (``fold_in(key(seed), 0)``); data equal
 for every seed of a group are shared, otherwise each point gets its seed's data on a
-leading axis. Points are run in calls of ``c`` points, c the largest that fits memory
-(``core.memory`` pre-check; the last call is padded so every call reuses the program).
+leading axis; they are built when first needed and a sweep holds only some of them at a time
+(``PointData``). Points are run in calls of ``c`` points, c the largest that fits memory
+(``core.memory`` pre-check; the last call is padded so every call reuses the program); a
+first call the device cannot hold after all (out of memory) is run again with half as many.
 A call runs three compiled programs vmapped over its points (``sweep_calls``): init, chunks
 of rounds (``loop.run_chunk``, the loop every run goes through, one compilation for chunks
 of any length) and the end of run, with the keys of ``run_experiment``, so a point equals
@@ -110,7 +112,7 @@ def parse_sweep(study: dict) -> tuple[dict, list[str], list[tuple]]:
     if mode == "zip":
         lengths = {p: len(v) for p, v in table.items()}
         if len(set(lengths.values())) > 1:
-            raise ValueError(f"sweep mode \"zip\" needs lists of equal length, got "
+            raise ValueError("sweep mode \"zip\" needs lists of equal length, got "
                              + ", ".join(f"{p!r}: {n}" for p, n in lengths.items()))
         grid = list(zip(*table.values()))
     else:
@@ -183,18 +185,60 @@ def _shape_key(data) -> str:
     return str(jax.tree.map(lambda a: (tuple(a.shape), str(a.dtype)), data))
 
 
-def _same(datas) -> bool:
-    first = jax.tree.leaves(datas[0])
-    return all(all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in
-                   zip(first, jax.tree.leaves(d))) for d in datas[1:])
+DATA_HELD_FRACTION = 0.25   # of the device's free memory: the points' data a sweep keeps built
 
 
-def plan(study: dict) -> tuple[list[str], list[dict], dict]:
-    """(swept paths, groups, data by key): checks the sweep (``parse_sweep``), builds each
-    seed's data once and groups the points into programs. A group: label, cfg (its first
-    point's config), traced (names vmapped), items [(point index, label, cfg)]."""
+class PointData:
+    """Each point's data by ``_data_key``, built on first use (``load_study_data``) and
+    held while the held data stay within ``limit`` bytes (default: ``DATA_HELD_FRACTION`` of
+    the device's free memory, ``core.memory.available_bytes``; 2 GiB where unknown); the
+    least recently used are let go first, the newest always kept, and one let go is built
+    again when asked for. So a sweep of thousands of points, each with data of its own,
+    never holds them all, and a small sweep builds each once. ``shapes[key]``: its shapes,
+    kept for every key built."""
+
+    def __init__(self, limit: int | None = None):
+        if limit is None:
+            from fedclust_jax.core.memory import available_bytes
+            free = available_bytes()
+            limit = int(DATA_HELD_FRACTION * free) if free else 2 * 2 ** 30
+        self.limit, self.held, self.shapes = limit, {}, {}
+
+    def get(self, cfg):
+        key = _data_key(cfg)
+        if key in self.held:
+            self.held[key] = self.held.pop(key)           # the most recent last
+            return self.held[key]
+        data = stored_data(cfg, load_study_data(cfg))
+        self.shapes[key] = _shape_key(data)
+        self.held[key] = data
+        size = lambda d: sum(getattr(a, "nbytes", 0) for a in jax.tree.leaves(d))
+        while len(self.held) > 1 and sum(map(size, self.held.values())) > self.limit:
+            self.held.pop(next(iter(self.held)))
+        return data
+
+
+def _same(datas, cfgs) -> bool:
+    """Whether every config of ``cfgs`` has the data of the first (equal keys, else equal
+    arrays; built one at a time, stopping at the first that differs)."""
+    keys = list(dict.fromkeys(_data_key(cfg) for cfg in cfgs))
+    if len(keys) == 1:
+        return True
+    first = jax.tree.leaves(datas.get(cfgs[0]))
+    for cfg in {_data_key(c): c for c in cfgs}.values():
+        leaves = jax.tree.leaves(datas.get(cfg))
+        if not all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(first, leaves)):
+            return False
+    return True
+
+
+def plan(study: dict) -> tuple[list[str], list[dict], PointData]:
+    """(swept paths, groups, the points' data): checks the sweep (``parse_sweep``), builds
+    each seed's data (``PointData``) and groups the points into programs. A group: label,
+    cfg (its first point's config), traced (names vmapped), items [(point index, label,
+    cfg)]."""
     base, paths, grid = parse_sweep(study)
-    datas, groups, seen = {}, {}, set()
+    datas, groups, seen = PointData(), {}, set()
     for i, point in enumerate(grid):
         values = dict(zip(paths, point))
         for label, cfg in study_configs(apply_point(base, values)):
@@ -202,12 +246,10 @@ def plan(study: dict) -> tuple[list[str], list[dict], dict]:
             if key in seen:                   # the same run for this algorithm: once
                 continue
             seen.add(key)
-            dkey = _data_key(cfg)
-            if dkey not in datas:
-                datas[dkey] = stored_data(cfg, load_study_data(cfg))
+            data = datas.get(cfg)
             where = ", ".join(f"{p} = {_show(v)}" for p, v in values.items())
             try:
-                check_fits_data(label, cfg, datas[dkey])
+                check_fits_data(label, cfg, data)
             except ValueError as e:
                 raise ValueError(f"sweep point ({where}): {e}") from None
             cls = ALGORITHMS[cfg.algorithm].config_cls
@@ -216,11 +258,11 @@ def plan(study: dict) -> tuple[list[str], list[dict], dict]:
             static = cfg.to_dict()
             static.pop("seed")
             static["params"] = {k: v for k, v in static["params"].items() if k not in traced}
-            gkey = json.dumps([label, static, traced, _shape_key(datas[dkey])], sort_keys=True,
-                              default=str)
+            gkey = json.dumps([label, static, traced, datas.shapes[_data_key(cfg)]],
+                              sort_keys=True, default=str)
             if gkey not in groups:            # the settings that need the data, before compute
                 try:
-                    build_run_algorithm(cfg, datas[dkey])
+                    build_run_algorithm(cfg, data)
                 except ValueError as e:
                     raise ValueError(f"sweep point ({where}): {label}: {e}") from None
                 groups[gkey] = {"label": label, "cfg": cfg, "traced": traced, "items": []}
@@ -274,17 +316,16 @@ def _calls(n: int, c: int) -> list[list[int]]:
     return out
 
 
-def run_group(g: int, group: dict, datas: dict, paths: list[str], *, memory_limit=None,
+def run_group(g: int, group: dict, datas: PointData, paths: list[str], *, memory_limit=None,
               max_points=None, stats: dict, progress: bool = True, store=None,
               cadence=None, on_call=None, programs_count: int = 1) -> None:
     """Runs one group's points in calls of c points; the rows of each call, in item order,
     go to ``on_call(rows)`` as it ends. With ``store`` (``sweep_store.SweepStore``) an
     ended call's rows are read back instead of run, the call in flight resumes from its
     state file, and each call saves its state at ``cadence``."""
-    from fedclust_jax.sweep_calls import CAPACITY, CallRun, Programs, run_call
+    from fedclust_jax.sweep_calls import CAPACITY, Programs
     items, cfg0 = group["items"], group["cfg"]
-    point_data = [datas[_data_key(cfg)] for _, _, cfg in items]
-    data0 = point_data[0]
+    data0 = datas.get(items[0][2])
     n = len(items)
     c = store.points_per_call(g) if store is not None else None
     calls = None if c is None else _calls(n, c)
@@ -300,19 +341,55 @@ def run_group(g: int, group: dict, datas: dict, paths: list[str], *, memory_limi
     alg = build_run_algorithm(cfg0, data0)
     alg, layout = resolve_layout(alg, data0, restarts=cfg0.restarts, memory_limit=memory_limit)
     check_algorithm(alg, data0)
-    unique = list({_data_key(cfg): datas[_data_key(cfg)] for _, _, cfg in items}.values())
-    shared = _same(unique)
-    if c is None:
-        c = _fit_points(alg, data0, layout, cfg0.restarts, n, shared, memory_limit)
-        if max_points is not None:
-            c = min(c, max_points)
-        calls = _calls(n, c)
-        ended = [None] * len(calls)
-        if store is not None:
-            store.set_points_per_call(g, c)
+    shared = _same(datas, [cfg for _, _, cfg in items])
     spec = eval_spec(alg, data0) if cfg0.eval_every else None
     # the capacity does not depend on the cadence: a rerun with another runs the same program
     programs = Programs(alg, cfg0, spec, shared, stats, max(1, min(cfg0.rounds, CAPACITY)))
+    if c is not None:
+        _run_calls(g, group, datas, paths, programs, c, calls, ended, data0, shared,
+                   store=store, cadence=cadence, on_call=on_call, progress=progress,
+                   programs_count=programs_count)
+        return
+    c = _fit_points(alg, data0, layout, cfg0.restarts, n, shared, memory_limit)
+    if max_points is not None:
+        c = min(c, max_points)
+    while True:          # the estimate is a model: a first call the device cannot hold halves c
+        calls = _calls(n, c)
+        if store is not None:
+            store.set_points_per_call(g, c)
+        try:
+            _run_calls(g, group, datas, paths, programs, c, calls, [None] * len(calls), data0,
+                       shared, store=store, cadence=cadence, on_call=on_call,
+                       progress=progress, programs_count=programs_count)
+            return
+        except FirstCallOutOfMemory as e:
+            if c == 1:
+                from fedclust_jax.core.memory import ADVICE
+                raise ValueError(f"sweep program {g + 1} ({group['label']}): one point does not "
+                                 f"fit in the device's memory ({e}); {ADVICE}") from None
+            c = max(1, c // 2)
+            if progress:
+                print(f"sweep: program {g + 1}: out of device memory ({e}); {c} point(s) per "
+                      "call", file=sys.stderr, flush=True)
+
+
+class FirstCallOutOfMemory(Exception):
+    """The device ran out of memory in a group's first call, before any row of it ended."""
+
+
+def _out_of_memory(e: Exception) -> str | None:
+    """The first line of an XLA out-of-memory error, else None."""
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if "RESOURCE_EXHAUSTED" in text else None
+
+
+def _run_calls(g, group, datas, paths, programs, c, calls, ended, data0, shared, *, store,
+               cadence, on_call, progress, programs_count):
+    """Runs the group's calls of c points (``run_group``); raises ``FirstCallOutOfMemory``
+    when the first call run here (none ended before it) does not fit in the device."""
+    from fedclust_jax.sweep_calls import CallRun, run_call
+    items, cfg0, alg = group["items"], group["cfg"], programs.alg
+    n = len(items)
     if progress:
         done = sum(r is not None for r in ended)
         print(f"sweep: program {g + 1}: {group['label']} ({cfg0.algorithm}), {n} point(s)"
@@ -320,6 +397,7 @@ def run_group(g: int, group: dict, datas: dict, paths: list[str], *, memory_limi
               f"{'' if c >= n else f', {c} per call'}"
               f"{f', {done} of {len(calls)} calls ended in {store.path}' if done else ''}",
               file=sys.stderr, flush=True)
+    first = True
     for k, idx in enumerate(calls):
         if ended[k] is not None:
             store.end_kept(g, k)
@@ -329,7 +407,8 @@ def run_group(g: int, group: dict, datas: dict, paths: list[str], *, memory_limi
         hp = {name: jnp.asarray([float(items[i][2].params[name]) for i in idx], jnp.float32)
               for name in group["traced"]}
         seeds = jnp.asarray([items[i][2].seed for i in idx], jnp.uint32)
-        data = data0 if shared else jax.tree.map(lambda *a: jnp.stack(a), *[point_data[i] for i in idx])
+        data = data0 if shared else jax.tree.map(
+            lambda *a: jnp.stack(a), *[datas.get(items[i][2]) for i in idx])
         where = (f"program {g + 1} of {programs_count} ({group['label']}, "
                  f"{_points([items[i][0] for i in dict.fromkeys(idx)])})")
         state_path = store.state_path(g, k) if store is not None else None
@@ -347,6 +426,12 @@ def run_group(g: int, group: dict, datas: dict, paths: list[str], *, memory_limi
                              f"value ({str(e).strip().splitlines()[0]}); traced here: {swept}. "
                              "Compute with them (jnp.where, jax.lax.cond) or leave them out "
                              "of the config's TRACED") from None
+        except Exception as e:
+            oom = _out_of_memory(e)
+            if oom is None or not first or status.saved:
+                raise
+            raise FirstCallOutOfMemory(oom) from None
+        first = False
         wall = time.perf_counter() - t0
         rows = []
         for j, i in enumerate(dict.fromkeys(idx)):
@@ -354,16 +439,17 @@ def run_group(g: int, group: dict, datas: dict, paths: list[str], *, memory_limi
             chosen = int(np.nanargmin(obj)) if np.isfinite(obj).any() else 0
             ev = jax.tree.map(lambda a: a[j, chosen], evaluation)
             point, label, cfg = items[i]
-            metrics = summarize(alg, ev, point_data[i])
+            point_data = data0 if shared else jax.tree.map(lambda a: a[j], data)
+            metrics = summarize(alg, ev, point_data)
             curves = None
             if cfg.eval_every:
                 done = curve_rounds(cfg.rounds, cfg.eval_every)
                 own = {k: v[j, chosen] for k, v in records.items() if k.startswith("round.")}
                 curves = curves_from_records({key: v[j, chosen] for key, v in records.items()
-                                              if not key.startswith("round.")}, done, spec)
+                                              if not key.startswith("round.")}, done, programs.spec)
                 for key, values in own.items():     # the algorithm's round metrics
                     curves.setdefault(key[len("round."):], [float(x) for x in values])
-            rows.append(_row(label, point, g, paths, cfg, point_data[i], metrics, curves, wall))
+            rows.append(_row(label, point, g, paths, cfg, point_data, metrics, curves, wall))
         rows = as_json(rows)
         if store is not None:
             store.end(g, k, rows)
