@@ -26,8 +26,9 @@ by the time resumes at its last saved round on the next run. ``--resume-from ARC
 ``--out`` first: the parts it records "ok" are kept, and its checkpoints resume.
 Every part writes ``<out>/<part>.txt`` (its command and output); ``summary.md`` / ``.json``
 list each part's status, reason and seconds. ``--archive FILE`` packs ``--out`` after every
-part, checkpoint state files only while the archive stays within the 64 MiB a run carries
-(ended points always; a state file left out is named in ``summary.md``). The data travel
+part, checkpoint state files only while the archive stays within the 16 MiB a file sent back
+from the device may hold (ended points always; a state file left out is named in
+``summary.md``). The data travel
 in the checkout (``.data/``, git-ignored; ``--prepare-data`` copies MNIST and the LEAF sets
 from ``--source``, at most 64 MiB).
 """
@@ -59,7 +60,8 @@ TESTS = ["tests/core/test_precision.py", "tests/algorithms/test_ifca.py",
 DRY_TESTS = ["tests/core/test_robust.py::test_validation"]
 SWEEP_LRS = [round(0.01 * 1.25 ** i, 4) for i in range(16)]   # 16 step sizes x 4 seeds
 DATA_PARTS = ("mnist", "femnist-leaf", "shakespeare-leaf/train", "shakespeare-leaf/test")
-CARRY_LIMIT = 64 * 2 ** 20
+CARRY_LIMIT = 64 * 2 ** 20                       # what a device run carries in
+ARCHIVE_LIMIT = 16 * 2 ** 20                     # one file a device run sends back
 CHECKPOINTS = "checkpoints"                      # <out>/checkpoints/<table id>/
 CADENCE, DRY_CADENCE = "60s", "1r"
 
@@ -145,7 +147,8 @@ def summary(out: Path, command: str, records: list[dict], archive: str | None) -
     lines += [f"| {r['part']} | {r['status']} | {r['seconds']} | {r['reason']} |" for r in records]
     if archive and left:
         lines += ["", "Checkpoint state files left out of the archive (over the "
-                  f"{CARRY_LIMIT // 2**20} MiB a run carries; their tables' ended points are in): "
+                  f"{ARCHIVE_LIMIT // 2**20} MiB a file sent back may hold; their tables' ended "
+                  "points are in): "
                   + ", ".join(f"`{p.relative_to(out)}` ({p.stat().st_size / 2**20:.1f} MiB)"
                               for p in left)]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
@@ -161,13 +164,14 @@ def summary(out: Path, command: str, records: list[dict], archive: str | None) -
 
 def left_out(out: Path) -> list[Path]:
     """Checkpoint state files (.npz under <out>/checkpoints) that would take the archive's
-    files past ``CARRY_LIMIT``: the largest are left out first."""
+    files past ``ARCHIVE_LIMIT`` (uncompressed, so the packed archive is within it too): the
+    largest are left out first."""
     files = [f for f in out.rglob("*") if f.is_file()]
     states = [f for f in files if f.suffix == ".npz" and CHECKPOINTS in f.relative_to(out).parts]
     total = sum(f.stat().st_size for f in files)
     left = []
     for f in sorted(states, key=lambda f: -f.stat().st_size):
-        if total <= CARRY_LIMIT:
+        if total <= ARCHIVE_LIMIT:
             break
         left.append(f)
         total -= f.stat().st_size
