@@ -194,14 +194,35 @@ def _split_conv_bwd(pads, precision, res, dy):
     kh, kw, c, o = w.shape
     back = tuple((k - 1 - lo, k - 1 - hi) for (lo, hi), k in zip(pads, (kh, kw)))
     dx = _native_nhwc(dy, jnp.flip(w, (0, 1)).transpose(0, 1, 3, 2), back, precision)
-    dy2 = dy.reshape(-1, o).astype(x.dtype)
-    if c == 1:   # windows stacked first: [kh * kw, n * H' * W'], contiguous copies
-        cols = jnp.stack(_shifted_windows(x, (kh, kw), (1, 1), pads, 0.0)).reshape(kh * kw, -1)
-        dw = lax.dot_general(cols, dy2, (((1,), (0,)), ((), ())), precision=precision)
-    else:
-        cols, _ = _im2col(x, (kh, kw), (1, 1), pads)
-        dw = lax.dot_general(cols, dy2, (((0,), (0,)), ((), ())), precision=precision)
-    return dx.astype(x.dtype), dw.reshape(kh, kw, c, o).astype(w.dtype)
+    return dx.astype(x.dtype), _kernel_gradient(x, dy, (kh, kw), pads, precision).astype(w.dtype)
+
+
+def _kernel_gradient(x, dy, window, pads, precision):
+    """dL/dw [kh, kw, C, O] of a stride-1 convolution: sum over images and positions of the
+    input under each window offset times the output gradient dy [n, H', W', O].
+
+    C = 1: the kh * kw shifted images stacked first ([kh * kw, n * H' * W'], contiguous
+    copies) and one product. C > 1: im2col along the width only, rows first: the padded
+    input as [H_pad, n, W_pad, C], its kw column shifts concatenated on the channels
+    ([H_pad, n, W', kw * C]); kernel row i is then the product of the rows i .. i + H' - 1
+    of that array (a contiguous block) with dy as [H', n, W', O]: kh products whose
+    operands are kw times the input rather than kh * kw (the full patches took a third of
+    the kernel gradient's time, and a quarter of a FEMNIST local step, to stack)."""
+    (kh, kw), c, o = window, x.shape[3], dy.shape[3]
+    dy = dy.astype(x.dtype)
+    if c == 1:
+        cols = jnp.stack(_shifted_windows(x, window, (1, 1), pads, 0.0)).reshape(kh * kw, -1)
+        dw = lax.dot_general(cols, dy.reshape(-1, o), (((1,), (0,)), ((), ())),
+                             precision=precision)
+        return dw.reshape(kh, kw, c, o)
+    ho, wo = dy.shape[1], dy.shape[2]
+    rows = jnp.pad(x, ((0, 0), pads[0], pads[1], (0, 0))).transpose(1, 0, 2, 3)
+    rows = jnp.concatenate([rows[:, :, j:j + wo, :] for j in range(kw)], axis=-1)
+    dyr = dy.transpose(1, 0, 2, 3).reshape(-1, o)
+    dw = jnp.stack([lax.dot_general(rows[i:i + ho].reshape(-1, kw * c), dyr,
+                                    (((0,), (0,)), ((), ())), precision=precision)
+                    for i in range(kh)])
+    return dw.reshape(kh, kw, c, o)
 
 
 split_conv.defvjp(_split_conv_fwd, _split_conv_bwd)
