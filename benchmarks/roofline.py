@@ -6,6 +6,8 @@ Programs (``--programs``; synthetic stand-in data of the real shapes, recorded a
 rounds are the runner's own compiled chunk, ``loop.run_chunk`` of one round):
   ifca_mlp          IFCA round, option II, MLP 784-200-10, m clients x n, tau full-batch steps, K
   femnist_cnn       IFCA round, FEMNIST CNN (28x28x1, 62 classes), 5 steps of batch 100, K = 4
+  femnist_fedavg    FedAvg round, FEMNIST CNN, 50 writers of 160 images, 5 steps of batch 100,
+                    lr 0.04, every client (the default command line's FEMNIST run)
   cifar_cnn         IFCA round, IFCA's CIFAR CNN (32x32x3), 5 steps of batch 50, K = 2
   shakespeare_lstm  IFCA round, LSTM 2 x 256 on 80-token windows, 5 steps of batch 10, K = 2
   srfca_cross_loss  SR-FCA ONE_SHOT's [N, N] cross-loss matrix (``core.oneshot.client_distances``)
@@ -60,17 +62,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _common import median_seconds, output_file, printed_to, runner_round, synthetic_data  # noqa: E402
 
-PROGRAMS = ("ifca_mlp", "femnist_cnn", "shakespeare_lstm", "srfca_cross_loss", "trimmed_mean",
-            "median", "ifca_sweep16")
+PROGRAMS = ("ifca_mlp", "femnist_cnn", "femnist_fedavg", "shakespeare_lstm", "srfca_cross_loss",
+            "trimmed_mean", "median", "ifca_sweep16")
 ROBUST = ("trimmed_mean", "median", "mean", "geometric_median", "krum", "multi_krum",
           "centered_clipping")
 ALL = PROGRAMS + ("cifar_cnn",) + ROBUST[2:]
-WALKS = ("ifca_mlp", "femnist_cnn", "cifar_cnn", "shakespeare_lstm", "srfca_cross_loss",
-         "ifca_sweep16")   # programs with a walk over clients (split by --devices)
-TARGETS = {"ifca_mlp": 0.70, "femnist_cnn": 0.50, "shakespeare_lstm": 0.30}  # of GEMM, on a CPU
+WALKS = ("ifca_mlp", "femnist_cnn", "femnist_fedavg", "cifar_cnn", "shakespeare_lstm",
+         "srfca_cross_loss", "ifca_sweep16")   # programs with a walk over clients (split by --devices)
+TARGETS = {"ifca_mlp": 0.70, "femnist_cnn": 0.50, "femnist_fedavg": 0.50,
+           "shakespeare_lstm": 0.30}  # of GEMM, on a CPU
 _ROBUST_SIZES = (dict(m=1000, d=50_000), dict(m=40, d=500))
 SIZES = {"ifca_mlp": (dict(m=2400, n=100), dict(m=24, n=20)),
          "femnist_cnn": (dict(m=10, n=200, batch=100), dict(m=2, n=20, batch=10)),
+         "femnist_fedavg": (dict(m=50, n=160, batch=100), dict(m=2, n=20, batch=10)),
          "cifar_cnn": (dict(m=10, n=100, batch=50), dict(m=2, n=10, batch=5)),
          "shakespeare_lstm": (dict(m=4, n=100, batch=10), dict(m=2, n=8, batch=4)),
          "srfca_cross_loss": (dict(m=100, n=600), dict(m=8, n=20)),
@@ -322,6 +326,17 @@ def build(name, s, a):
         fn, args = runner_round(alg, data)
         return fn, args, (f"IFCA option II, {label}, m={s['m']}, n={s['n']}, 5 steps of batch "
                           f"{s['batch']}, K={k}, chunk {a.chunk}, {a.dtype}")
+    if name == "femnist_fedavg":
+        from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
+        from fedclust_jax.models.base import with_dtype
+        from fedclust_jax.models.cnn import femnist_cnn
+        alg = FedAvg(with_dtype(femnist_cnn(62, conv=a.conv), a.dtype),
+                     FedAvgConfig(local=LocalTraining(5, 0.04, batch_size=s["batch"]),
+                                  chunk=a.chunk))
+        data = synthetic_data(s["m"], s["n"], (28, 28, 1), 62).astype(a.dtype)
+        fn, args = runner_round(alg, data)
+        return fn, args, (f"FedAvg, FEMNIST CNN (conv {a.conv}), m={s['m']}, n={s['n']}, 5 steps "
+                          f"of batch {s['batch']}, lr 0.04, every client, chunk {a.chunk}, {a.dtype}")
     if name == "srfca_cross_loss":
         from fedclust_jax.core.oneshot import client_distances
         model = mlp((784, 200, 10))

@@ -1,11 +1,28 @@
-"""The command line on a CPU: several XLA host devices, client walks split over them.
+"""The command line on a CPU: one XLA host device per core, client walks split over them.
 
-Opt-in: with ``FEDCLUST_HOST_DEVICES`` set ("cores", or a count >= 2) the command line starts
-JAX with that many host devices (``force_host_devices``, before JAX is imported), and with
-several CPU devices it runs inside ``split_over_host_devices``: every chunked walk over
-clients is split over the devices (``core.sharding.split_clients``), each device walking its
-own block. Results equal the one-device run's up to float summation order. Off unless asked
-for: the split is faster only when both cores are free.
+The rule (default): when the process may run on C >= 2 cores (``cores()``: its CPU
+affinity), the command line starts JAX with C host devices (``force_host_devices``, before
+JAX is imported) and runs inside ``split_over_host_devices``: every chunked walk over n
+clients, n a multiple of C, is split over the C devices (``core.sharding.split_clients``),
+each device walking its own block of n / C clients while the devices run at once. A walk
+whose client count C does not divide runs as one walk, as everything else does; results
+equal the one-device run's up to float summation order (so they depend on C at that level).
+
+The measurement behind it (``benchmarks/notes/performance.md``, "Host devices on a CPU"):
+on a machine the run has to itself the split was never slower and up to 7.2x faster (the
+IFCA MLP round: 17.90 s on one device, 2.48 s over 16 host devices of a 16-core host;
+1.01-1.61x for every hot program on 2 cores; the FEMNIST FedAvg round 1.2x on 2 cores).
+One device walks the clients one at a time, each local step a product too small to keep
+every core busy; C devices each walk their own clients. Under other jobs' load the split
+was slower (at a load of 12-18 on 2 cores, 65.8 s against 48.7 s for the MLP round): there,
+``FEDCLUST_HOST_DEVICES=1`` keeps one device.
+
+``FEDCLUST_HOST_DEVICES``: unset or "cores" (the rule), or a whole number >= 1 of host
+devices (1: one device, no split). Any other value stops the command line before compute:
+one line naming the accepted values, exit code 2. The flag is not set when JAX is already
+imported, when ``XLA_FLAGS`` already gives a device count, or when ``JAX_PLATFORMS`` names
+platforms without the CPU; accelerator runs are untouched (``split_over_host_devices``
+acts only when JAX's default backend is the CPU).
 
 Nothing here imports JAX at module level.
 """
@@ -17,6 +34,9 @@ import os
 import sys
 
 FLAG = "--xla_force_host_platform_device_count"
+VARIABLE = "FEDCLUST_HOST_DEVICES"
+ACCEPTED = ("cores (the default: one host device per core the process may use) or a whole "
+            "number >= 1 (1: one device, no split)")
 
 
 def cores() -> int:
@@ -27,18 +47,39 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def force_host_devices(environ=None) -> int | None:
-    """Sets ``XLA_FLAGS`` to ``FEDCLUST_HOST_DEVICES`` host devices ("cores": ``cores()``)
-    unless that is unset or below 2, JAX is already imported, the flags already give a
-    device count, or JAX_PLATFORMS names a platform other than the CPU. Returns the count
-    set, or None."""
+def host_devices_asked(environ=None) -> int:
+    """The number of host devices ``FEDCLUST_HOST_DEVICES`` asks for: ``cores()`` when it
+    is unset, empty or "cores", else its whole number >= 1. ValueError (one line naming the
+    accepted values) for anything else."""
     environ = os.environ if environ is None else environ
-    asked = environ.get("FEDCLUST_HOST_DEVICES", "")
-    n = cores() if asked == "cores" else int(asked) if asked.isdigit() else 0
+    asked = environ.get(VARIABLE, "").strip()
+    if asked in ("", "cores"):
+        return cores()
+    if asked.isdigit() and int(asked) >= 1:
+        return int(asked)
+    raise ValueError(f"{VARIABLE}={environ.get(VARIABLE)!r} is not understood; accepted: "
+                     f"{ACCEPTED}")
+
+
+def _refuse(error: ValueError):
+    print(f"fedclust-jax: error: {error}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def force_host_devices(environ=None) -> int | None:
+    """Sets ``XLA_FLAGS`` to ``host_devices_asked()`` host devices unless that is 1, JAX is
+    already imported, the flags already give a device count, or JAX_PLATFORMS names
+    platforms without the CPU. Returns the count set, or None. A bad
+    ``FEDCLUST_HOST_DEVICES`` stops the program: one line on stderr, exit code 2."""
+    environ = os.environ if environ is None else environ
+    try:
+        n = host_devices_asked(environ)
+    except ValueError as e:
+        _refuse(e)
     flags = environ.get("XLA_FLAGS", "")
     platforms = environ.get("JAX_PLATFORMS", "")
     if (n < 2 or "jax" in sys.modules or FLAG in flags
-            or (platforms and "cpu" not in platforms)):
+            or (platforms and "cpu" not in platforms.split(","))):
         return None
     environ["XLA_FLAGS"] = f"{flags} {FLAG}={n}".strip()
     return n
@@ -47,9 +88,15 @@ def force_host_devices(environ=None) -> int | None:
 @contextlib.contextmanager
 def split_over_host_devices():
     """A block in which client walks are split over every device when the backend is the
-    CPU with several (host) devices; otherwise the block runs as it is."""
+    CPU with several (host) devices and ``FEDCLUST_HOST_DEVICES`` is not 1; otherwise the
+    block runs as it is. A bad ``FEDCLUST_HOST_DEVICES`` stops the program (one line,
+    exit code 2) before the block runs."""
+    try:
+        asked = host_devices_asked()
+    except ValueError as e:
+        _refuse(e)
     import jax
-    if jax.default_backend() != "cpu" or jax.device_count() < 2:
+    if asked == 1 or jax.default_backend() != "cpu" or jax.device_count() < 2:
         yield None
         return
     from fedclust_jax.core.sharding import client_mesh, split_clients

@@ -132,10 +132,10 @@ def point_nll(flow: FlowModel, params, x: jax.Array, *, chunk=None) -> jax.Array
     """[N, n_max, K] NLL of every point (x [N, n_max, ...]) under every flow (params [K, ...]).
     Each client's points are scored POINT_BLOCK at a time (``lax.map`` over blocks), so
     memory does not grow with n_max; the result does not depend on the block size."""
-    def per_block(xb):
-        return jax.vmap(lambda p: flow.nll(p, xb))(params).T
+    def per_client(xi, params):     # params passed, not closed over (``map_clients``)
+        def per_block(xb):
+            return jax.vmap(lambda p: flow.nll(p, xb))(params).T
 
-    def per_client(xi):
         n = xi.shape[0]
         if n <= POINT_BLOCK:
             return per_block(xi)
@@ -143,7 +143,7 @@ def point_nll(flow: FlowModel, params, x: jax.Array, *, chunk=None) -> jax.Array
         pad = jnp.zeros((blocks * POINT_BLOCK - n,) + xi.shape[1:], xi.dtype)
         xb = jnp.concatenate([xi, pad]).reshape((blocks, POINT_BLOCK) + xi.shape[1:])
         return jax.lax.map(per_block, xb).reshape(blocks * POINT_BLOCK, -1)[:n]
-    return map_clients(per_client, x, chunk=chunk)
+    return map_clients(per_client, x, chunk=chunk, shared=params)
 
 
 def assign_points(flow: FlowModel, params, x, count, *, chunk=None) -> jax.Array:
@@ -189,13 +189,15 @@ def learn_cluster_models(flow: FlowModel, cfg: UIFCAConfig, params, x, assign, k
     clients = jnp.arange(x.shape[0])
 
     def comm_round(params, key_l):
-        def per_client(xi, mi, i):
+        def per_client(xi, mi, i, shared):    # the round's models and key passed, not closed
+            params, key_l = shared            # over (``map_clients``: split walks)
             key_i = jax.random.fold_in(key_l, i)
             keys = jax.vmap(lambda kk: jax.random.fold_in(key_i, kk))(jnp.arange(k))
             return jax.vmap(lambda p, m, kk: model_update(flow, cfg, p, xi, m, kk))(
                 params, mi, keys)
 
-        local = map_clients(per_client, x, member, clients, chunk=cfg.chunk)  # [N, K, ...]
+        local = map_clients(per_client, x, member, clients, chunk=cfg.chunk,
+                            shared=(params, key_l))                          # [N, K, ...]
 
         def average(loc, old):
             w = share.reshape(share.shape + (1,) * (loc.ndim - 2))

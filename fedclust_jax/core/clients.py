@@ -48,10 +48,17 @@ def resolve_chunk(chunk, num_clients: int | None = None, *, backend: str | None 
     return chunk
 
 
-def map_clients(f: Callable, *args, chunk=None):
-    """Applies ``f`` to every client: ``f(*(a[i] for a in args))`` stacked over i.
+def map_clients(f: Callable, *args, chunk=None, shared=None):
+    """Applies ``f`` to every client: ``f(*(a[i] for a in args))`` stacked over i, or
+    ``f(*(a[i] for a in args), shared)`` when ``shared`` is given.
 
     args: pytrees whose leaves share the leading client axis N.
+    shared: None, or a pytree every client reads whole (cluster models, a round's key).
+    Pass what ``f`` needs of the enclosing computation here rather than through a closure:
+    in a walk split over devices (``core.sharding.split_clients``) it enters the
+    ``shard_map`` as an explicit replicated argument, while a closed-over value keeps the
+    enclosing mesh in its type, which operations that copy their operand's sharding
+    (``jnp.tril``, ``jnp.triu``, sorting) refuse inside the split walk.
     chunk=None: one ``vmap`` over all N (fastest on accelerators when memory allows).
     chunk=c: ``lax.map`` over chunks of c clients, each chunk vmapped; memory is bounded by
     c clients' work, and on CPU a chunk is often faster than a full vmap. "auto":
@@ -59,44 +66,48 @@ def map_clients(f: Callable, *args, chunk=None):
     """
     n = jax.tree.leaves(args)[0].shape[0]
     chunk = resolve_chunk(chunk, n)
+    g = f if shared is None else (lambda sh: lambda *a: f(*a, sh))
     if chunk is None:
-        return jax.vmap(f)(*args)
-    walk = lambda first, size, _, *a: lax.map(lambda b: f(*b), a, batch_size=chunk)
-    return _on_devices(walk, n, chunk, None, args, P_CLIENTS)
+        return jax.vmap(f if shared is None else g(shared))(*args)
+    walk = lambda first, size, _, sh, *a: lax.map(
+        lambda b: (f if sh is None else g(sh))(*b), a, batch_size=chunk)
+    return _on_devices(walk, n, chunk, None, args, P_CLIENTS, shared=shared)
 
 
 P_CLIENTS = "clients"   # out_specs marker: stacked over the clients
 
 
-def _on_devices(walk, n: int, chunk, data, args, out):
-    """``walk(first, size, data, *args)`` over all n clients, or split over the devices of
-    the active ``split_clients`` mesh when it has one and n is a multiple of its size D:
-    under ``shard_map`` each device runs ``walk`` on its block of size = n / D clients
-    (``first`` its first global id; data's per-client fields and ``args`` split, the rest
-    replicated; data may be None).
+def _on_devices(walk, n: int, chunk, data, args, out, shared=None):
+    """``walk(first, size, data, shared, *args)`` over all n clients, or split over the
+    devices of the active ``split_clients`` mesh when it has one and n is a multiple of its
+    size D: under ``shard_map`` each device runs ``walk`` on its block of size = n / D
+    clients (``first`` its first global id; data's per-client fields and ``args`` split,
+    ``shared`` and the rest replicated; data and shared may be None).
     out: a pytree prefix of the outputs, each P_CLIENTS (stacked over the clients) or
     "sum" (added over the devices)."""
     from jax.sharding import PartitionSpec
     from fedclust_jax.core import sharding
     mesh = sharding.active_mesh()
     if mesh is None or chunk is None or n % mesh.devices.size:
-        return walk(0, n, data, *args)
+        return walk(0, n, data, shared, *args)
     size = n // mesh.devices.size
     kinds, tree = jax.tree.flatten(out)
 
-    def local(d, *a):
+    def local(d, sh, *a):
         with sharding.split_clients(None):          # no split walks inside a split walk
-            res = walk(lax.axis_index(sharding.AXIS) * size, size, d if data is not None else None, *a)
+            res = walk(lax.axis_index(sharding.AXIS) * size, size,
+                       d if data is not None else None, sh, *a)
         res = tree.flatten_up_to(res)
         res = [lax.psum(r, sharding.AXIS) if k == "sum" else r for r, k in zip(res, kinds)]
         return tree.unflatten(res)
 
     spec = lambda k: PartitionSpec() if k == "sum" else PartitionSpec(sharding.AXIS)
     specs = (() if data is None else sharding.data_specs(data),
+             jax.tree.map(lambda _: PartitionSpec(), shared),
              *(PartitionSpec(sharding.AXIS) for _ in args))
     return jax.shard_map(local, mesh=mesh, in_specs=specs, check_vma=False,
                          out_specs=tree.unflatten([spec(k) for k in kinds]))(
-        () if data is None else data, *args)
+        () if data is None else data, shared, *args)
 
 
 def _sum_rows(rows, values):
@@ -146,7 +157,7 @@ def stream_clients(f: Callable, data, ids, *args, num_groups: int, chunk=None):
     if rows_shape.shape != (num_groups,):
         raise ValueError(f"f must return rows of shape ({num_groups},), got {rows_shape.shape}")
 
-    def walk(first, mm, d, *args):
+    def walk(first, mm, d, _, *args):
         """Clients first .. first + mm - 1 (their data in ``d`` at 0 .. mm - 1)."""
         num_chunks = math.ceil(mm / chunk)
         sums0 = jax.tree.map(lambda s: jnp.zeros((num_groups,) + s.shape, jnp.float32),
@@ -173,7 +184,7 @@ def stream_clients(f: Callable, data, ids, *args, num_groups: int, chunk=None):
                         jnp.arange(num_chunks))[0]
 
     if ids is not None:   # participants drawn anywhere: one walk
-        return walk(0, m, None, *args)
+        return walk(0, m, None, None, *args)
     return _on_devices(walk, m, chunk, data, args, ("sum", "sum", P_CLIENTS))
 
 
@@ -190,7 +201,7 @@ def map_client_data(f: Callable, data, ids, *args, chunk=None, test: bool = Fals
     if ids is not None:
         return map_clients(lambda i, *a: f(i, *reader(i), *a), ids, *args, chunk=chunk)
     read = (lambda d: d.test_client) if test else (lambda d: d.train_client)
-    walk = lambda first, size, d, *a: lax.map(
+    walk = lambda first, size, d, _, *a: lax.map(
         lambda b: f(first + b[0], *read(d)(b[0]), *b[1:]),
         (jnp.arange(size, dtype=jnp.int32), *a), batch_size=chunk)
     return _on_devices(walk, m, chunk, data, args, P_CLIENTS)
@@ -207,7 +218,7 @@ def map_client_train_test(f: Callable, data, *args, chunk=None):
     if chunk is None:
         return jax.vmap(f)(ids, data.x, data.y, data.count, data.x_test, data.y_test,
                            data.count_test, *args)
-    walk = lambda first, size, d, *a: lax.map(
+    walk = lambda first, size, d, _, *a: lax.map(
         lambda b: f(first + b[0], *d.train_client(b[0]), *d.test_client(b[0]), *b[1:]),
         (jnp.arange(size, dtype=jnp.int32), *a), batch_size=chunk)
     return _on_devices(walk, n, chunk, data, args, P_CLIENTS)

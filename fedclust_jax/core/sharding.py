@@ -11,8 +11,12 @@ layout tested with several devices.
 
 Walks split over the devices: inside ``split_clients(mesh)`` every walk over clients in
 chunks (``core.clients``) whose client count the mesh's size divides runs under
-``shard_map``, each device walking its own block of clients (on a CPU, the command line's
-opt-in ``FEDCLUST_HOST_DEVICES``: ``fedclust_jax.hostdevices``).
+``shard_map``, each device walking its own block of clients (on a CPU the command line does
+this by default, one host device per core: ``fedclust_jax.hostdevices``). What a walk's
+per-client function needs of the enclosing computation (cluster models, a round's key)
+enters as ``map_clients(..., shared=)``, an explicit replicated argument: a value closed over
+from outside keeps the enclosing mesh in its type, and operations that copy their operand's
+sharding (``jnp.tril``, sorting) refuse it inside the split walk.
 
 Several processes (hosts): call ``initialize_processes`` first in every process, build the
 same data in every process (same seed), then run with ``devices`` = all devices of all

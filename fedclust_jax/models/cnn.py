@@ -11,10 +11,11 @@
   colour jitter and its 0.004 weight decay on the FC layers are training settings; the
   model always takes the centre crop (the code's test-time behaviour).
 
-``conv``: "native" (``lax.conv_general_dilated`` and ``nnx.max_pool``), "patches" (im2col
-convolution and slice-maximum pooling from ``models.layers``: the same function, with
-gradients that stay fast inside XLA CPU loop bodies) or "auto" (patches on the CPU backend,
-native elsewhere; resolved when the model is built). Parameters are identical either way.
+``conv``: "native" (``lax.conv_general_dilated``, ``nnx.max_pool``, plain dense layers),
+"patches" (the CPU layers of ``models.layers``: convolutions, dense kernel gradients and
+max-pooling whose gradients stay fast inside XLA CPU loop bodies; the same function) or
+"auto" (patches on the CPU backend, native elsewhere; resolved when the model is built).
+Parameters are identical either way.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import jax
 from flax import nnx
 
 from fedclust_jax.models.base import Model, from_nnx
-from fedclust_jax.models.layers import conv_kwargs, max_pool, resolve_conv
+from fedclust_jax.models.layers import conv_kwargs, linear_kwargs, max_pool, resolve_conv
 
 
 def _as_images(x, height, width, channels):
@@ -39,12 +40,12 @@ class FemnistCNN(nnx.Module):
     def __init__(self, num_classes: int, rngs: nnx.Rngs, size: int = 28, channels: int = 1,
                  conv: str = "native"):
         self.size, self.channels, self.impl = size, channels, resolve_conv(conv)
-        kw = conv_kwargs(self.impl)
+        kw, lin = conv_kwargs(self.impl), linear_kwargs(self.impl)
         self.conv1 = nnx.Conv(channels, 32, (5, 5), padding="SAME", rngs=rngs, **kw)
         self.conv2 = nnx.Conv(32, 64, (5, 5), padding="SAME", rngs=rngs, **kw)
         flat = (size // 4) * (size // 4) * 64
-        self.fc1 = nnx.Linear(flat, 2048, rngs=rngs)
-        self.fc2 = nnx.Linear(2048, num_classes, rngs=rngs)
+        self.fc1 = nnx.Linear(flat, 2048, rngs=rngs, **lin)
+        self.fc2 = nnx.Linear(2048, num_classes, rngs=rngs, **lin)
 
     def features(self, x):
         """The body (everything below fc2) -> [n, 2048]."""
@@ -88,13 +89,13 @@ class CifarCNN(nnx.Module):
         self.size, self.channels, self.crop = size, channels, crop
         self.impl = resolve_conv(conv)
         side = crop or size
-        kw = conv_kwargs(self.impl)
+        kw, lin = conv_kwargs(self.impl), linear_kwargs(self.impl)
         self.conv1 = nnx.Conv(channels, 64, (5, 5), padding="SAME", rngs=rngs, **kw)
         self.conv2 = nnx.Conv(64, 64, (5, 5), padding="SAME", rngs=rngs, **kw)
         side = math.ceil(math.ceil(side / 2) / 2)
-        self.fc1 = nnx.Linear(side * side * 64, 384, rngs=rngs)
-        self.fc2 = nnx.Linear(384, 192, rngs=rngs)
-        self.fc3 = nnx.Linear(192, num_classes, rngs=rngs)
+        self.fc1 = nnx.Linear(side * side * 64, 384, rngs=rngs, **lin)
+        self.fc2 = nnx.Linear(384, 192, rngs=rngs, **lin)
+        self.fc3 = nnx.Linear(192, num_classes, rngs=rngs, **lin)
 
     def features(self, x):
         """The body (everything below fc3) -> [n, 192]."""

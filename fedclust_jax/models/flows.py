@@ -133,9 +133,16 @@ class AffineFlow(nnx.Module):
             self.weight = nnx.Param(jnp.eye(dim))
 
     def inverse_matrix(self) -> jax.Array:
-        """A = W^{-1} [d, d]."""
+        """A = W^{-1} [d, d]: the strict lower triangle of ``lower`` plus diag(exp(log_scale)),
+        selected with index masks (``jnp.tril`` and ``jnp.diag`` give the same values but
+        copy their operand's sharding, which a client walk split over devices refuses when
+        the params come from outside the walk)."""
         if self.structure == "triangular":
-            return jnp.tril(self.lower[...], -1) + jnp.diag(jnp.exp(self.log_scale[...]))
+            lower, scale = self.lower[...], jnp.exp(self.log_scale[...])
+            row = jax.lax.broadcasted_iota(jnp.int32, lower.shape, 0)
+            col = jax.lax.broadcasted_iota(jnp.int32, lower.shape, 1)
+            return jnp.where(row > col, lower,
+                             jnp.where(row == col, scale[:, None], jnp.zeros((), lower.dtype)))
         return self.weight[...]
 
     def matrix(self) -> jax.Array:

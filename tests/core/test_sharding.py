@@ -89,15 +89,27 @@ lower = lambda n: jax.jit(lambda x: double(x)).lower(np.ones((n, 3))).as_text() 
 out = {"devices": jax.device_count(), "one": lower(12)}
 with split_over_host_devices() as mesh:
     out["split"], out["odd"] = lower(12), lower(11)   # 11 clients: one walk
-for name, params in [("ifca", dict(num_clusters=2, chunk=1, participation=0.5)),
-                     ("fedavg", dict(chunk=3))]:
-    cfg = ExperimentConfig(dataset="rotated-digits", algorithm=name, rounds=2, params=params,
-                           data=dict(num_clients=12))
-    runs = [run_experiment(cfg, progress=False)]
+uifca = dict(num_clusters=2, cluster_rounds=2, comm_rounds=2, local_steps=3, chunk=1)
+from fedclust_jax.data.points import points_from_pools
+rng = np.random.default_rng(0)
+images = points_from_pools(jax.random.key(1), [rng.uniform(0.1, 0.9, (60, 4, 4)).astype(np.float32)
+                                               * (0.5 + c) / 2 for c in range(2)],
+                           num_clients=4, points_per_client=24, heterogeneity=1.0)
+for name, params, dataset, model, data in [
+        ("ifca", dict(num_clusters=2, chunk=1, participation=0.5), "rotated-digits", None, None),
+        ("fedavg", dict(chunk=3), "rotated-digits", None, None),
+        ("uifca", uifca, "uifca-gaussian", "affine-flow", None),
+        ("uifca", uifca, "uifca-gaussian", "real-nvp", images)]:
+    cfg = ExperimentConfig(dataset=dataset, algorithm=name, rounds=2, params=params, model=model,
+                           data=dict(num_clients=12) if model is None else
+                           dict(num_clients=4, num_clusters=2, points_per_client=40, dim=4),
+                           model_args={} if model != "real-nvp" else dict(depth=2, hidden=4))
+    runs = [run_experiment(cfg, data=data, progress=False)]
     with split_over_host_devices():
-        runs.append(run_experiment(cfg, progress=False))
-    out[f"{name} {params}"] = [r["history"]["train_loss"] + [r["metrics"]["test_loss"]]
-                               for r in runs]
+        runs.append(run_experiment(cfg, data=data, progress=False))
+    per_round, final = ("objective", "purity") if name == "uifca" else ("train_loss", "test_loss")
+    out[f"{name} {model} {params}"] = [r["history"][per_round] + [r["metrics"][final]]
+                                       for r in runs]
 print(json.dumps(out))
 """
 
@@ -105,7 +117,9 @@ print(json.dumps(out))
 def test_walks_split_over_host_devices_equal_one_device():
     """``hostdevices.split_over_host_devices`` with 2 forced host devices (as the command line
     sets them up on a CPU): chunked client walks run under ``shard_map``, and IFCA (half
-    participation: a streamed walk) and FedAvg (chunks of 3) give one device's losses."""
+    participation: a streamed walk), FedAvg (chunks of 3) and UIFCA with an affine flow and
+    a RealNVP flow of convolutional couplings on 4x4 images (their models enter the walk as
+    shared arguments) give one device's losses."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
                + " --xla_force_host_platform_device_count=2")
     res = subprocess.run([sys.executable, "-c", SPLIT_RUNS], env=env, capture_output=True,
@@ -116,13 +130,13 @@ def test_walks_split_over_host_devices_equal_one_device():
     texts = {k: out.pop(k) for k in ("one", "split", "odd")}
     assert "manual_computation" in texts["split"] and "tensor<6x3xf32>" in texts["split"]
     assert "manual_computation" not in texts["one"] + texts["odd"]
-    assert len(out) == 2
+    assert len(out) == 4
     for name, (one, split) in out.items():
         np.testing.assert_allclose(split, one, rtol=1e-5, err_msg=name)
 
 
 def test_force_host_devices_sets_the_asked_count_before_jax_starts():
-    from fedclust_jax.hostdevices import FLAG, force_host_devices
+    from fedclust_jax.hostdevices import FLAG, cores, force_host_devices
     assert force_host_devices({"FEDCLUST_HOST_DEVICES": "2"}) is None   # JAX is imported here
     probe = ("from fedclust_jax.hostdevices import force_host_devices as f; n = f(); "
              "import jax; print(n, jax.device_count())")
@@ -131,5 +145,24 @@ def test_force_host_devices_sets_the_asked_count_before_jax_starts():
         [sys.executable, "-c", probe], env=dict(env, JAX_PLATFORMS="cpu", **extra),
         capture_output=True, text=True, timeout=120).stdout.split()
     assert run(FEDCLUST_HOST_DEVICES="3") == ["3", "3"]
-    assert run() == ["None", "1"]                                       # opt-in only
+    n = cores()                                                         # the default rule
+    assert run() == ([str(n), str(n)] if n >= 2 else ["None", "1"])
+    assert run(FEDCLUST_HOST_DEVICES="cores") == run()
+    assert run(FEDCLUST_HOST_DEVICES="1") == ["None", "1"]              # off
     assert run(FEDCLUST_HOST_DEVICES="3", XLA_FLAGS=f"{FLAG}=1") == ["None", "1"]
+
+
+@pytest.mark.parametrize("value", ["banana", "0", "-2", "2.5"])
+def test_a_bad_host_device_count_stops_the_command_line_in_one_line(value):
+    """Before any compute: exit code 2 and one line on stderr naming the accepted values."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", FEDCLUST_HOST_DEVICES=value)
+    out = subprocess.run([sys.executable, "-m", "fedclust_jax", "run", "--algorithm", "fedavg",
+                          "--rounds", "1"], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        f"fedclust-jax: error: FEDCLUST_HOST_DEVICES={value!r} is not understood; accepted: "
+        "cores (the default: one host device per core the process may use) or a whole number "
+        ">= 1 (1: one device, no split)"]
+    from fedclust_jax.hostdevices import host_devices_asked
+    with pytest.raises(ValueError, match="accepted: cores"):
+        host_devices_asked({"FEDCLUST_HOST_DEVICES": value})

@@ -49,7 +49,7 @@ def test_realnvp_log_det_is_the_jacobian(mask, coupling):
     params = _perturbed(flow, jax.random.key(1), scale=0.5)
     x = jax.random.uniform(jax.random.key(2), (3, 4), minval=0.05, maxval=0.95)
     for xi in x:
-        jac = jax.jacfwd(lambda v: flow.forward(params, v.reshape(1, 2, 2))[0][0])(xi)
+        jac = jax.jacrev(lambda v: flow.forward(params, v.reshape(1, 2, 2))[0][0])(xi)
         z, log_det = flow.forward(params, xi.reshape(1, 2, 2))
         assert float(log_det[0]) == pytest.approx(float(jnp.linalg.slogdet(jac)[1]), abs=1e-3)
         expected = -0.5 * jnp.sum(z * z) - 2.0 * np.log(2 * np.pi) + log_det[0]
@@ -100,7 +100,7 @@ def test_conv_coupling_is_local(coupling):
                     coupling=coupling)
     params = _perturbed(flow, jax.random.key(3), scale=0.5)
     x = jax.random.uniform(jax.random.key(4), (81,), minval=0.1, maxval=0.9)
-    jac = jax.jacfwd(lambda v: flow.forward(params, v.reshape(1, 9, 9))[0][0])(x)
+    jac = jax.jacrev(lambda v: flow.forward(params, v.reshape(1, 9, 9))[0][0])(x)
     dep = np.abs(np.asarray(jac)).reshape(9, 9, 9, 9)[0, 1] > 0
     window = np.zeros((9, 9), bool)
     window[:4, :5] = True
