@@ -24,6 +24,7 @@ from fedclust_jax import checkpoint as ckpt
 from fedclust_jax import config_check, registry_check
 from fedclust_jax import loop, metrics
 from fedclust_jax.contract import check_algorithm
+from fedclust_jax.core.sharding import active_mesh, replicated
 from fedclust_jax.loop import (curve_rounds, curves_from_records, eval_record, eval_spec,  # noqa: F401
                                scan_rounds, split_history)
 from fedclust_jax.presets import default_model
@@ -124,11 +125,16 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
     spec = eval_spec(alg, data) if eval_every else None
     init_keys, round_keys = loop.restart_keys(key, restarts)
     placed_init, placed = {}, {}  # jit keyword arguments: out_shardings where there is a mesh
+    split = None
     if mesh is not None:
-        from fedclust_jax.core.sharding import replicated, state_shardings
+        from fedclust_jax.core.sharding import state_shardings
         shapes = jax.eval_shape(lambda k, d: loop.init_states(alg, k, d), init_keys, data)
         shardings = state_shardings(shapes, mesh, data.num_clients)
         placed_init, placed = dict(out_shardings=shardings), dict(out_shardings=(shardings, replicated(mesh)))
+    elif (split := active_mesh()) is not None:
+        # client walks split over host devices: the state lives replicated on their mesh
+        # from init on, so the chunk's input and output agree and it compiles once
+        placed_init = placed = dict(out_shardings=replicated(split))
     done, history, saved_round = 0, [], None
     try:
         states = jax.jit(lambda k, d: loop.init_states(alg, k, d), **placed_init)(init_keys, data)
@@ -141,6 +147,8 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
             history, saved_round = ([saved] if saved else []), done
             if mesh is not None and jax.process_count() == 1:
                 states = jax.device_put(states, shardings)
+            elif split is not None:
+                states = jax.device_put(states, replicated(split))
         chunk = jax.jit(lambda s, k, d, ts: loop.run_chunk(alg, s, k, d, ts, eval_every=eval_every,
                                                            spec=spec),
                         donate_argnums=(0,), **placed)

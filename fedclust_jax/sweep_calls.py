@@ -30,6 +30,7 @@ import numpy as np
 from fedclust_jax import checkpoint as ckpt
 from fedclust_jax import loop
 from fedclust_jax.algorithms import hparams
+from fedclust_jax.core.sharding import active_mesh, replicated
 from fedclust_jax.progress import ChunkSchedule, Progress
 
 CAPACITY = 1024     # most rounds one chunk call may run (bounds its records' buffer)
@@ -43,9 +44,14 @@ class Programs:
         self.alg, self.cfg, self.spec, self.capacity = alg, cfg, spec, capacity
         self.eval_every = cfg.eval_every
         d = None if shared else 0
-        self.init = jax.jit(jax.vmap(self._init, in_axes=(0, d, 0)))
+        # client walks split over host devices: the states live replicated on their mesh
+        # from init on, so a chunk's input and output agree and it compiles once
+        split = active_mesh()
+        self.placement = None if split is None else replicated(split)
+        placed = {} if split is None else dict(out_shardings=self.placement)
+        self.init = jax.jit(jax.vmap(self._init, in_axes=(0, d, 0)), **placed)
         self.chunk = jax.jit(jax.vmap(self._chunk, in_axes=(0, 0, d, 0, None, None)),
-                             donate_argnums=(0,))
+                             donate_argnums=(0,), **placed)
         self.end = jax.jit(jax.vmap(self._end, in_axes=(0, 0, d)))
         self.stats = stats
 
@@ -114,6 +120,8 @@ def run_call(programs: Programs, hp, data, seeds, *, state_path: str | None, con
     found = ckpt.restore(state_path, like, config) if state_path else None
     if found is not None:
         states, saved, done, _ = found
+        if programs.placement is not None:
+            states = jax.device_put(states, programs.placement)
         records = [{k[len("eval."):]: v for k, v in saved.items()}] if saved else []
         status.done = status.saved = done
     else:

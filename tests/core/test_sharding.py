@@ -166,3 +166,47 @@ def test_a_bad_host_device_count_stops_the_command_line_in_one_line(value):
     from fedclust_jax.hostdevices import host_devices_asked
     with pytest.raises(ValueError, match="accepted: cores"):
         host_devices_asked({"FEDCLUST_HOST_DEVICES": value})
+
+
+ONE_COMPILE = """
+import json, jax
+from jax import monitoring
+from fedclust_jax.experiment import ExperimentConfig, run_experiment
+from fedclust_jax.hostdevices import split_over_host_devices
+from fedclust_jax.sweep import run_sweep
+compiles = []
+monitoring.register_event_duration_secs_listener(
+    lambda event, *a, **k: compiles.append(1) if event.endswith("backend_compile_duration") else None)
+data = {"num_clients": 8, "samples_per_client": 10, "test_samples_per_client": 5, "dim": 4}
+ifca = {"num_clusters": 2, "option": "gradient"}
+cfg = lambda rounds: ExperimentConfig(dataset="synthetic-regression", data=data, algorithm="ifca",
+                                      params=ifca, rounds=rounds, rounds_per_chunk=2)
+study = lambda rounds: {"dataset": "synthetic-regression", "data": data, "rounds": rounds,
+                        "rounds_per_chunk": 2, "algorithms": {"ifca": ifca},
+                        "sweep": {"seed": [0, 1]}}
+out = {}
+with split_over_host_devices():
+    for name, go in (("run", lambda r: run_experiment(cfg(r), progress=False)),
+                     ("sweep", lambda r: run_sweep(study(r), progress=False))):
+        go(6)                            # warm: the small programs every run shares
+        counts = []
+        for rounds in (2, 6):            # one chunk, then three (the later ones take the
+            compiles.clear()             # first one's output)
+            go(rounds)
+            counts.append(len(compiles))
+        out[name] = counts
+print(json.dumps(out))
+"""
+
+
+def test_split_state_keeps_its_placement_so_later_chunks_do_not_compile():
+    """Under the host-device split the state is placed on the split's mesh from init on:
+    the second and third chunk of rounds reuse the first chunk's program, so a run of three
+    chunks compiles as many programs as a run of one, in a run and in a sweep."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+               + " --xla_force_host_platform_device_count=2")
+    res = subprocess.run([sys.executable, "-c", ONE_COMPILE], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    counts = json.loads(res.stdout.strip().splitlines()[-1])
+    assert counts["run"][0] == counts["run"][1] and counts["sweep"][0] == counts["sweep"][1], counts
