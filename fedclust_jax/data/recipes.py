@@ -342,21 +342,29 @@ def ifca_rotated_mnist(key, *, num_clusters: int = 4, num_clients: int = 2400, n
                               values=values, replace=replace)
 
 
-@paper_defaults(
-    model="mlp",
-    model_args={"hidden": [200]},
-    rounds=50,
-    training={"optimizer": "adam", "lr": 0.0002, "steps": 5, "batch_size": 50},
-    algorithms={
-        "fedavg": {},
-        "local": {},
-        "ifca": {"num_clusters": 4, "option": "model"},
-        "oracle": {},
-        "srfca": {"beta": 0.15, "one_shot_steps": 250, "rounds_per_refine": 42, "rounds": 2},
-    },
-    source=("SR-FCA paper and code: MLP 784-200-10, Adam 2e-4, batch 50, 50 rounds x 5 local "
-        "steps, IFCA K=4, SR-FCA beta 0.15, ONE_SHOT 250 steps, 2 REFINE steps of 42 rounds "
-        "(lambda: tune it)"))
+def _srfca_mnist_defaults(num_clusters: int, one_shot_steps: int, rounds_per_refine: int):
+    """The SR-FCA paper's MNIST settings (its code's values), which differ between its
+    rotated and inverted sets only in K and the ONE_SHOT / REFINE lengths."""
+    return paper_defaults(
+        model="mlp",
+        model_args={"hidden": [200]},
+        rounds=50,
+        training={"optimizer": "adam", "lr": 0.0002, "steps": 5, "batch_size": 50},
+        algorithms={
+            "fedavg": {},
+            "local": {},
+            "ifca": {"num_clusters": num_clusters, "option": "model"},
+            "oracle": {},
+            "srfca": {"beta": 0.15, "one_shot_steps": one_shot_steps,
+                      "rounds_per_refine": rounds_per_refine, "rounds": 2},
+        },
+        source=(f"SR-FCA paper and code: MLP 784-200-10, Adam 2e-4, batch 50, 50 rounds x 5 "
+                f"local steps, IFCA K={num_clusters}, SR-FCA beta 0.15, ONE_SHOT "
+                f"{one_shot_steps} steps, 2 REFINE steps of {rounds_per_refine} rounds "
+                "(lambda: tune it)"))
+
+
+@_srfca_mnist_defaults(num_clusters=4, one_shot_steps=250, rounds_per_refine=42)
 def srfca_rotated_mnist(key, *, num_clusters: int = 4, num_clients: int = 100, n: int = 600,
                         n_test: int = 100, views: bool = True, replace: bool = False,
                         data_dir=None, source: str = "auto", download: bool = False):
@@ -376,21 +384,7 @@ def srfca_rotated_mnist(key, *, num_clusters: int = 4, num_clients: int = 100, n
                                    values=values, replace=replace)
 
 
-@paper_defaults(
-    model="mlp",
-    model_args={"hidden": [200]},
-    rounds=50,
-    training={"optimizer": "adam", "lr": 0.0002, "steps": 5, "batch_size": 50},
-    algorithms={
-        "fedavg": {},
-        "local": {},
-        "ifca": {"num_clusters": 2, "option": "model"},
-        "oracle": {},
-        "srfca": {"beta": 0.15, "one_shot_steps": 280, "rounds_per_refine": 56, "rounds": 2},
-    },
-    source=("SR-FCA paper and code: MLP 784-200-10, Adam 2e-4, batch 50, 50 rounds x 5 local "
-        "steps, IFCA K=2, SR-FCA beta 0.15, ONE_SHOT 280 steps, 2 REFINE steps of 56 rounds "
-        "(lambda: tune it)"))
+@_srfca_mnist_defaults(num_clusters=2, one_shot_steps=280, rounds_per_refine=56)
 def srfca_inverted_mnist(key, *, num_clients: int = 100, n: int = 600, n_test: int = 100,
                          pixel_range: str = "unit", views: bool = True, replace: bool = False,
                          data_dir=None, source: str = "auto", download: bool = False):

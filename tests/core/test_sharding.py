@@ -114,18 +114,23 @@ print(json.dumps(out))
 """
 
 
+def on_two_host_devices(script: str):
+    """The JSON of the last line ``script`` prints, run in a process with 2 host devices."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+               + " --xla_force_host_platform_device_count=2")
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
 def test_walks_split_over_host_devices_equal_one_device():
     """``hostdevices.split_over_host_devices`` with 2 forced host devices (as the command line
     sets them up on a CPU): chunked client walks run under ``shard_map``, and IFCA (half
     participation: a streamed walk), FedAvg (chunks of 3) and UIFCA with an affine flow and
     a RealNVP flow of convolutional couplings on 4x4 images (their models enter the walk as
     shared arguments) give one device's losses."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
-               + " --xla_force_host_platform_device_count=2")
-    res = subprocess.run([sys.executable, "-c", SPLIT_RUNS], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out = on_two_host_devices(SPLIT_RUNS)
     assert out.pop("devices") == 2
     texts = {k: out.pop(k) for k in ("one", "split", "odd")}
     assert "manual_computation" in texts["split"] and "tensor<6x3xf32>" in texts["split"]
@@ -203,10 +208,5 @@ def test_split_state_keeps_its_placement_so_later_chunks_do_not_compile():
     """Under the host-device split the state is placed on the split's mesh from init on:
     the second and third chunk of rounds reuse the first chunk's program, so a run of three
     chunks compiles as many programs as a run of one, in a run and in a sweep."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
-               + " --xla_force_host_platform_device_count=2")
-    res = subprocess.run([sys.executable, "-c", ONE_COMPILE], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    counts = json.loads(res.stdout.strip().splitlines()[-1])
+    counts = on_two_host_devices(ONE_COMPILE)
     assert counts["run"][0] == counts["run"][1] and counts["sweep"][0] == counts["sweep"][1], counts
