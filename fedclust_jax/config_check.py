@@ -5,7 +5,8 @@ dataset and model builders' signatures, and ``STUDY_TYPES`` (the study's own key
 Values typed on the command line arrive as ``CliText`` and are converted to the expected
 type; values from Python or from study files (TOML / JSON) must already have it (an int
 is accepted where a float is expected, an integral float where an int is). Every float
-must be finite, sizes must be >= 1 and the ranges in ``RANGES`` hold. A bad value raises
+must be finite; the package's own parameters (not a user's) must also meet its rules by
+name: sizes (``SIZES``) >= 1 and the ranges in ``RANGES``. A bad value raises
 ``ConfigError`` (a ValueError) whose one-line message names the value and what is allowed.
 """
 
@@ -151,14 +152,15 @@ def _in_range(name: str, v: float) -> bool:
     return ok
 
 
-def _fail(where: str, name: str, value, annotation, default, problem: str = ""):
+def _fail(where: str, name: str, key: str, value, annotation, default, problem: str = ""):
+    """key: the name the rule tables are read with ("" for a user's parameter)."""
     shown = f"{value!r}" if not isinstance(value, CliText) else f"{str(value)!r}"
     if isinstance(value, str) and not isinstance(value, CliText):
         shown = f"the string {value!r}"
     problem = problem or "is not allowed"
-    words = f"{WORDS[name]} " if name in WORDS else ""
+    words = f"{WORDS[key]} " if key in WORDS else ""
     raise ConfigError(f"{where}{words}{name} = {shown} {problem}; {name} takes "
-                      f"{describe(name, annotation, default)}")
+                      f"{describe(key, annotation, default)}")
 
 
 def _from_text(text: str, kinds: list, none: bool):
@@ -203,9 +205,13 @@ def _literal(text: str):
         return str(text)
 
 
-def convert(name: str, value, annotation, default=_MISSING, where: str = ""):
+def convert(name: str, value, annotation, default=_MISSING, where: str = "", *,
+            rules: bool = True):
     """``value`` as the type ``annotation`` (or the default's type) asks for, checked for
-    finiteness and range; ``where`` prefixes the message (e.g. 'ifca: ')."""
+    finiteness and range; ``where`` prefixes the message (e.g. 'ifca: '). ``rules``: the
+    package's rules for its own parameter names (``SIZES``, ``RANGES``) apply; a user's
+    parameter is checked for its type, finiteness and the 32-bit bound only."""
+    key = name if rules else ""              # the name the rule tables are read with
     kinds, none = _kinds(annotation, default)
     if isinstance(value, CliText):
         try:
@@ -213,63 +219,77 @@ def convert(name: str, value, annotation, default=_MISSING, where: str = ""):
         except ValueError:
             word = ("not a number" if float in kinds else "not an integer" if int in kinds
                     else "not true or false" if bool in kinds else "not allowed")
-            _fail(where, name, value, annotation, default, f"is {word}")
+            _fail(where, name, key, value, annotation, default, f"is {word}")
     if not kinds:
         return value
     if value is None:
         if none:
             return None
-        _fail(where, name, value, annotation, default, "is not allowed (none)")
+        _fail(where, name, key, value, annotation, default, "is not allowed (none)")
     if isinstance(value, bool):
         if bool in kinds:
             return value
-        _fail(where, name, value, annotation, default, "is a boolean")
+        _fail(where, name, key, value, annotation, default, "is a boolean")
     if isinstance(value, (int, float)):
         if isinstance(value, float) and not math.isfinite(value):
-            _fail(where, name, value, annotation, default, "is not finite")
+            _fail(where, name, key, value, annotation, default, "is not finite")
         if float in kinds:
             value = float(value)
-            if not _in_range(name, value):
-                _fail(where, name, value, annotation, default, "is out of range")
+            if not _in_range(key, value):
+                _fail(where, name, key, value, annotation, default, "is out of range")
             return value
         if int in kinds:
             if isinstance(value, float):
                 if not value.is_integer():
-                    _fail(where, name, value, annotation, default, "is not an integer")
+                    _fail(where, name, key, value, annotation, default, "is not an integer")
                 value = int(value)
-            low = 1 if name in SIZES else 0
+            low = 1 if key in SIZES else 0
             if value < low and name != "seed":
-                _fail(where, name, value, annotation, default, "is too small")
+                _fail(where, name, key, value, annotation, default, "is too small")
             if name == "seed" and value < 0:
-                _fail(where, name, value, annotation, default, "is negative")
-            most, why = INT_MAX.get(name, INT32_MAX)
+                _fail(where, name, key, value, annotation, default, "is negative")
+            most, why = INT_MAX.get(key, INT32_MAX)
             if value > most:
-                _fail(where, name, value, annotation, default, f"is too large (at most {most}: "
+                _fail(where, name, key, value, annotation, default, f"is too large (at most {most}: "
                       f"{why})")
             return value
-        if list in kinds and name in SIZES and isinstance(value, int):
-            return convert(name, [value], annotation, default, where)
-        _fail(where, name, value, annotation, default, "is a number")
+        if list in kinds and key in SIZES and isinstance(value, int):
+            return convert(name, [value], annotation, default, where, rules=rules)
+        _fail(where, name, key, value, annotation, default, "is a number")
     if isinstance(value, str):
         if str in kinds:
             return str(value)
-        _fail(where, name, value, annotation, default, "is a string")
+        _fail(where, name, key, value, annotation, default, "is a string")
     if isinstance(value, (list, tuple)):
         if list not in kinds:
-            _fail(where, name, value, annotation, default, "is a list")
-        if name in SIZES:
+            _fail(where, name, key, value, annotation, default, "is a list")
+        if key in SIZES:
             for v in value:
                 if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= INT32_MAX[0]:
-                    _fail(where, name, value, annotation, default, "has an entry that is not "
+                    _fail(where, name, key, value, annotation, default, "has an entry that is not "
                           f"an integer in 1..{INT32_MAX[0]}")
         return list(value)
     if isinstance(value, dict):
         if dict in kinds:
             return value
-        _fail(where, name, value, annotation, default, "is a table")
+        _fail(where, name, key, value, annotation, default, "is a table")
     if any(isinstance(value, k) for k in kinds if isinstance(k, type)):
         return value
-    _fail(where, name, value, annotation, default, f"has type {type(value).__name__}")
+    _fail(where, name, key, value, annotation, default, f"has type {type(value).__name__}")
+
+
+def package_names(owner, names) -> set:
+    """The names of ``names`` that this package declares for ``owner`` (a builder function,
+    or a config class: the names declared by its classes from this package); its rules by
+    name apply to those alone (``check_fields``)."""
+    ours = lambda obj: getattr(obj, "__module__", "").split(".")[0] == "fedclust_jax"
+    if not isinstance(owner, type):
+        return set(names) if ours(owner) else set()
+    declared = set()
+    for cls in owner.__mro__:
+        if ours(cls):
+            declared |= set(getattr(cls, "__annotations__", {}))
+    return set(names) & declared
 
 
 def signature_fields(fn, skip=("key", "data")) -> tuple[dict, bool]:
@@ -287,9 +307,11 @@ def signature_fields(fn, skip=("key", "data")) -> tuple[dict, bool]:
     return fields, var_kw
 
 
-def check_fields(params: dict, fields: dict, where: str, what: str, *, open_ended=False) -> dict:
+def check_fields(params: dict, fields: dict, where: str, what: str, *, open_ended=False,
+                 package: set | None = None) -> dict:
     """Converts every ``params`` entry by ``fields`` {name: (annotation, default)}; unknown
-    names are errors unless ``open_ended``."""
+    names are errors unless ``open_ended``. ``package``: the names this package declares
+    (its rules by name apply to them, ``convert``); None: every name."""
     if not isinstance(params, dict):
         raise ConfigError(f"{where}{what} must be a table {{key: value}}, got {params!r}")
     out = {}
@@ -299,7 +321,7 @@ def check_fields(params: dict, fields: dict, where: str, what: str, *, open_ende
                 out[k] = _literal(v) if isinstance(v, CliText) else v
                 continue
             raise ConfigError(f"{where}no {what} {k!r}; accepted: {', '.join(sorted(fields))}")
-        out[k] = convert(k, v, *fields[k], where=where)
+        out[k] = convert(k, v, *fields[k], where=where, rules=package is None or k in package)
     return out
 
 

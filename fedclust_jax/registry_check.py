@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from fedclust_jax.config_check import ConfigError, check_fields, signature_fields
+from fedclust_jax.config_check import ConfigError, check_fields, package_names, signature_fields
 
 
 def check_data(dataset: str, params: dict) -> dict:
@@ -11,7 +11,8 @@ def check_data(dataset: str, params: dict) -> dict:
     if not isinstance(dataset, str) or dataset not in DATASETS:
         raise ConfigError(f"unknown dataset {dataset!r}; available: {', '.join(sorted(DATASETS))}")
     fields, _ = signature_fields(DATASETS[dataset])
-    return check_fields(params, fields, f"dataset {dataset}: ", "parameter")
+    return check_fields(params, fields, f"dataset {dataset}: ", "parameter",
+                        package=package_names(DATASETS[dataset], fields))
 
 
 def model_fields(model: str) -> tuple[dict, bool]:
@@ -29,11 +30,12 @@ def check_model_args(model: str | None, args: dict) -> dict:
     if not isinstance(model, str) or model not in MODELS:
         raise ConfigError(f"unknown model {model!r}; available: {', '.join(sorted(MODELS))}")
     fields, var_kw = model_fields(model)
-    return check_fields(args, fields, f"model {model}: ", "parameter", open_ended=var_kw)
+    return check_fields(args, fields, f"model {model}: ", "parameter", open_ended=var_kw,
+                        package=package_names(MODELS[model], fields))
 
 
 def check_algorithm(name: str, params: dict) -> dict:
-    from fedclust_jax.algorithms.registry import ALGORITHMS, param_fields
+    from fedclust_jax.algorithms.registry import ALGORITHMS, param_fields, package_params
     if not isinstance(name, str) or name not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm {name!r}; available: {', '.join(sorted(ALGORITHMS))}")
     fields = param_fields(ALGORITHMS[name].config_cls)
@@ -43,4 +45,5 @@ def check_algorithm(name: str, params: dict) -> dict:
     if unknown:
         raise ConfigError(f"algorithm {name!r} has no parameter(s) {unknown}; "
                           f"it takes {sorted(fields)}")
-    return check_fields(params, fields, f"{name}: ", "parameter")
+    return check_fields(params, fields, f"{name}: ", "parameter",
+                        package=package_params(ALGORITHMS[name].config_cls))

@@ -155,3 +155,41 @@ def test_builtins_register_through_the_public_calls():
         assert hasattr(factory, "algorithm_cls") and name in ALGORITHMS.help
     assert set(DATASETS.help) == set(DATASETS) and set(MODELS.help) == set(MODELS)
     assert LOCAL_KEYS[0] == "steps"
+
+
+def test_a_plugin_parameter_is_never_held_to_another_parameters_rule():
+    """The package's rules by name (``config_check.SIZES``, ``RANGES``) are its own: a
+    plugin's ``beta`` of 0.9 and ``width`` of 0 pass (the built-in ``beta`` is SR-FCA's
+    trimming fraction in [0, 0.5), ``width`` a size >= 1), while its type, finiteness and
+    the 32-bit bound are still checked, and the built-ins keep their rules."""
+    from fedclust_jax.config_check import ConfigError
+    from fedclust_jax.registry_check import check_algorithm, check_data, check_model_args
+
+    def plugin_model(data, width: int = 8, beta: float = 0.5):
+        """A plugin model. width: filters of its one layer; beta: its own mixing weight"""
+    register_model("plugin-rules", plugin_model, replace=True)
+    try:
+        assert check_model_args("plugin-rules", {"width": 0, "beta": 0.9}) == {
+            "width": 0, "beta": 0.9}
+        for bad, why in (({"beta": float("nan")}, "not finite"),
+                         ({"width": 2 ** 31}, "too large"), ({"width": 1.5}, "not an integer")):
+            with pytest.raises(ConfigError, match=why):
+                check_model_args("plugin-rules", bad)
+    finally:
+        MODELS.pop("plugin-rules")
+    with pytest.raises(ConfigError, match=r"beta = 0.9 is out of range; beta takes a finite "
+                                          r"number in \[0, 0.5\)"):
+        check_algorithm("srfca", {"beta": 0.9})
+    with pytest.raises(ConfigError, match="num_clients = 0 is too small"):
+        check_data("synthetic-regression", {"num_clients": 0})
+
+
+def test_a_users_config_keeps_the_rules_of_the_fields_it_inherits():
+    from fedclust_jax.algorithms.fedavg import FedAvgConfig
+    from fedclust_jax.algorithms.registry import package_params
+
+    @dataclasses.dataclass(frozen=True)
+    class Mine(FedAvgConfig):
+        beta: float = 0.5
+    names = package_params(Mine)
+    assert "beta" not in names and {"lr", "steps", "participation"} <= names

@@ -86,6 +86,17 @@ def param_fields(config_cls) -> dict:
     return out
 
 
+def package_params(config_cls) -> set:
+    """The flat parameters of ``config_cls`` that this package declares (the package's
+    rules by name check them, ``config_check.check_fields``): fields its own classes
+    declare, and the ``LocalTraining`` fields a ``local`` expands into."""
+    from fedclust_jax.config_check import package_names
+    names = package_names(config_cls, param_fields(config_cls))
+    if any(f.name == "local" for f in dataclasses.fields(config_cls)):
+        names |= {f.name for f in dataclasses.fields(LocalTraining)}
+    return names
+
+
 def config_keys(config_cls) -> list[str]:
     """Flat parameter names a config class accepts (its fields, with ``local`` expanded)."""
     return list(param_fields(config_cls))
@@ -101,7 +112,8 @@ def make_config(config_cls, params: dict, algorithm: str):
     if unknown:
         raise ValueError(f"algorithm {algorithm!r} has no parameter(s) {unknown}; "
                          f"it takes {sorted(fields)}")
-    params = check_fields(params, fields, f"{algorithm}: ", "parameter")
+    params = check_fields(params, fields, f"{algorithm}: ", "parameter",
+                          package=package_params(config_cls))
     names = [f.name for f in dataclasses.fields(config_cls)]
     split = "local" in names   # else lr, batch_size, optimizer are the config's own fields
     local = {k: v for k, v in params.items() if split and k in LOCAL_KEYS}
