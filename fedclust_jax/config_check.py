@@ -105,7 +105,8 @@ def _kinds(annotation, default) -> tuple[list[type], bool]:
 
 
 def describe(name: str, annotation, default=_MISSING) -> str:
-    """What ``name`` accepts, in words: 'a finite number > 0', 'an integer >= 1 or none'."""
+    """What ``name`` accepts, in words: 'a finite number > 0', 'an integer >= 1 or none'
+    ("" for a user's parameter: its type alone)."""
     kinds, none = _kinds(annotation, default)
     words = []
     for k in kinds:
@@ -113,6 +114,8 @@ def describe(name: str, annotation, default=_MISSING) -> str:
             words.append("true or false")
         elif k is int and name in INT_MAX:
             words.append(f"an integer >= {1 if name in SIZES else 0} and <= {INT_MAX[name][0]}")
+        elif k is int and not name:          # a user's parameter: no rule by name
+            words.append(f"an integer of 32 bits (at most {INT32_MAX[0]})")
         elif k is int:
             words.append(f"an integer >= {1 if name in SIZES else 0}" if name != "seed"
                          else "an integer >= 0")
@@ -243,15 +246,15 @@ def convert(name: str, value, annotation, default=_MISSING, where: str = "", *,
                 if not value.is_integer():
                     _fail(where, name, key, value, annotation, default, "is not an integer")
                 value = int(value)
-            low = 1 if key in SIZES else 0
+            low = 1 if key in SIZES else 0 if rules else -INT32_MAX[0] - 1
             if value < low and name != "seed":
                 _fail(where, name, key, value, annotation, default, "is too small")
             if name == "seed" and value < 0:
                 _fail(where, name, key, value, annotation, default, "is negative")
             most, why = INT_MAX.get(key, INT32_MAX)
             if value > most:
-                _fail(where, name, key, value, annotation, default, f"is too large (at most {most}: "
-                      f"{why})")
+                _fail(where, name, key, value, annotation, default,
+                      f"is too large (at most {most}: {why})")
             return value
         if list in kinds and key in SIZES and isinstance(value, int):
             return convert(name, [value], annotation, default, where, rules=rules)

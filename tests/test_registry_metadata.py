@@ -171,8 +171,10 @@ def test_a_plugin_parameter_is_never_held_to_another_parameters_rule():
     try:
         assert check_model_args("plugin-rules", {"width": 0, "beta": 0.9}) == {
             "width": 0, "beta": 0.9}
+        assert check_model_args("plugin-rules", {"width": -3})["width"] == -3
         for bad, why in (({"beta": float("nan")}, "not finite"),
-                         ({"width": 2 ** 31}, "too large"), ({"width": 1.5}, "not an integer")):
+                         ({"width": 2 ** 31}, "too large"), ({"width": -2 ** 31 - 1}, "too small"),
+                         ({"width": 1.5}, "not an integer")):
             with pytest.raises(ConfigError, match=why):
                 check_model_args("plugin-rules", bad)
     finally:
