@@ -535,7 +535,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("table", nargs="?", help="table id, e.g. srfca-table5 (--list shows them)")
     p.add_argument("--list", action="store_true", help="list the table ids and exit")
     p.add_argument("--quick", action="store_true",
-                   help="CI size: the study file's [quick] settings (seconds on a CPU)")
+                   help="CI size: the study file's [quick] settings (not compared with the paper)")
     p.add_argument("--out", default=None,
                    help="folder for <name>.md and <name>.json (default: benchmarks/results/<paper> "
                         "for a full run from a source checkout, else results/<paper> under the "

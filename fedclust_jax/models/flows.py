@@ -17,7 +17,7 @@ Two flows, each an NNX module split once into graph and pure params (``FlowModel
   d^2 + d.
 - ``real_nvp(shape)``: RealNVP (Dinh et al.) on images [H, W] with convolutional or MLP
   coupling networks and either checkerboard masks (standard) or cyclic half-image masks
-  (Kirichenko et al. 2020: the conditioning half cycles top, right, bottom, left, so a
+  (Kirichenko et al.: the conditioning half cycles top, right, bottom, left, so a
   coupling cannot use the local pixel correlations across a checkerboard). Inputs in [0, 1] go through the
   logit transform logit(alpha + (1 - 2 alpha) x) first (its Jacobian is included).
   The thesis gives neither depth nor width, only "standard RealNVP" (Dinh et al., whose
@@ -32,10 +32,7 @@ Two flows, each an NNX module split once into graph and pure params (``FlowModel
   18 h + h + 9 h^2 + h + 18 h + 2 + D; for h = 32 and 28x28: 11,218, and 91,312 in all
   with 8 couplings (see ``num_params``). ``coupling="mlp"``: an MLP over the whole image
   per coupling, D -> h -> h -> 2D (h = 128 by default, ReLU); per coupling D h + h + h^2
-  + h + 2 D h + 2 D + D; for 28x28 and h = 128: 320,048, and 2,561,952 in all. With
-  checkerboard masks the two separate digits 2 and 3 by likelihood differently (UIFCA
-  Table 4.2's Default, seed 0: ``benchmarks/results/uifca/table42.md`` for MLP and
-  ``table42_conv.md`` for conv couplings).
+  + h + 2 D h + 2 D + D; for 28x28 and h = 128: 320,048, and 2,561,952 in all.
 """
 
 from __future__ import annotations
