@@ -66,8 +66,8 @@ from fedclust_jax.sweep_store import as_json, fingerprint
 
 MODES = ("product", "zip")
 GLOBAL_PATHS = ("seed", "rounds", "restarts", "eval_every", "model", "dtype")
-PATH_HELP = ("seed, rounds, restarts, eval_every, model, dtype, data.<parameter>, "
-             "model_args.<parameter> or <algorithm label>.<parameter>")
+PATH_HELP = (", ".join(GLOBAL_PATHS) + ", data.<parameter>, model_args.<parameter> or "
+             "<algorithm label>.<parameter>")       # the path forms, for messages
 
 
 def _show(value) -> str:
