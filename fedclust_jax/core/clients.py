@@ -66,11 +66,10 @@ def map_clients(f: Callable, *args, chunk=None, shared=None):
     """
     n = jax.tree.leaves(args)[0].shape[0]
     chunk = resolve_chunk(chunk, n)
-    g = f if shared is None else (lambda sh: lambda *a: f(*a, sh))
+    bind = lambda sh: f if sh is None else (lambda *a: f(*a, sh))   # f with shared given
     if chunk is None:
-        return jax.vmap(f if shared is None else g(shared))(*args)
-    walk = lambda first, size, _, sh, *a: lax.map(
-        lambda b: (f if sh is None else g(sh))(*b), a, batch_size=chunk)
+        return jax.vmap(bind(shared))(*args)
+    walk = lambda first, size, _, sh, *a: lax.map(lambda b: bind(sh)(*b), a, batch_size=chunk)
     return _on_devices(walk, n, chunk, None, args, P_CLIENTS, shared=shared)
 
 
