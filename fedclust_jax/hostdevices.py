@@ -8,14 +8,11 @@ each device walking its own block of n / C clients while the devices run at once
 whose client count C does not divide runs as one walk, as everything else does; results
 equal the one-device run's up to float summation order (so they depend on C at that level).
 
-The measurement behind it (``benchmarks/notes/performance.md``, "Host devices on a CPU"):
-on a machine the run has to itself the split was never slower and up to 7.2x faster (the
-IFCA MLP round: 17.90 s on one device, 2.48 s over 16 host devices of a 16-core host;
-1.01-1.61x for every hot program on 2 cores; the FEMNIST FedAvg round 1.2x on 2 cores).
-One device walks the clients one at a time, each local step a product too small to keep
-every core busy; C devices each walk their own clients. Under other jobs' load the split
-was slower (at a load of 12-18 on 2 cores, 65.8 s against 48.7 s for the MLP round): there,
-``FEDCLUST_HOST_DEVICES=1`` keeps one device.
+Why: one device walks the clients one at a time, each local step a product too small to
+keep every core busy; C devices each walk their own clients at once. On a machine shared
+with other busy jobs the devices compete for the cores, and ``FEDCLUST_HOST_DEVICES=1``
+keeps one device. The measurements behind the rule: ``benchmarks/notes/performance.md``,
+"Host devices on a CPU".
 
 ``FEDCLUST_HOST_DEVICES``: unset or "cores" (the rule), or a whole number >= 1 of host
 devices (1: one device, no split). Any other value stops the command line before compute:

@@ -3,7 +3,7 @@ inside a loop body (``lax.scan`` / ``while`` / ``lax.map``).
 
 XLA CPU runs some convolution gradients many times slower inside a loop body than at top
 level (JAX issue 12868): the kernel gradient that JAX's transpose rule forms (a convolution
-contracting the batch) ran a FEMNIST CNN step at 0.3 GFLOP/s in a scan. Its forward
+contracting the batch) runs far below GEMM speed in a scan. Its forward
 convolution, and the input gradient written as a forward convolution of the canonical NHWC /
 HWIO form, keep GEMM speed there (YNNPACK), and so do matrix products.
 
@@ -13,13 +13,11 @@ HWIO form, keep GEMM speed there (YNNPACK), and so do matrix products.
   with the output gradient. Other strides or pads: ``im2col_conv`` (the kh * kw shifted,
   strided slices stacked into patches times the reshaped kernel; gradients by slices, pads and
   products). A batching rule keeps clients vmapped over their own kernels plain convolutions
-  (``_plain_conv``). The forward, input gradient and kernel gradient of a FEMNIST round
-  replaced an im2col forward and its gradient (25 padded copies scattered back per step);
-  with the two changes below the 50-writer FedAvg round took 39 s of CPU instead of 56 s.
+  (``_plain_conv``). No im2col forward: its gradient scatters kh * kw padded copies back
+  every step.
 - ``dense_dot_general`` (``linear_kwargs``): ``nnx.Linear``'s product with its kernel gradient
   formed as x^T g in the kernel's layout; JAX's rule forms g^T x and a transpose that XLA CPU
-  kept as a strided pass over the whole kernel in every optimizer update (14% of a FEMNIST
-  round on the CNN's 3136 x 2048 layer).
+  keeps as a strided pass over the whole kernel in every optimizer update.
 - ``max_pool(impl="patches")``: windows that tile the input (2x2 stride 2) by a reshape and a
   maximum; other windows by the maximum over shifted slices; the gradient routed to the
   first maximum of each window by a kept argmax and a one-hot select, never XLA's
@@ -27,7 +25,8 @@ HWIO form, keep GEMM speed there (YNNPACK), and so do matrix products.
 
 These define reverse-mode derivatives (custom VJPs): ``jax.grad`` / ``jax.vjp`` / ``jacrev``
 work through them, forward mode (``jax.jvp``, ``jacfwd``) does not; build a model with
-``conv="native"`` for forward mode.
+``conv="native"`` for forward mode. Measurements: ``benchmarks/notes/performance.md``, "The
+FEMNIST FedAvg round on the CPU".
 
 ``conv="auto"`` resolves to "patches" when JAX's default backend is the CPU and to "native"
 elsewhere (accelerators have fast convolutions and take none of the above); the choice is
@@ -142,9 +141,8 @@ def _native_nhwc(x, w, pads, precision):
 def _plain_conv(pads, precision):
     """The convolution for static ``pads`` and ``precision`` as a ``custom_vmap`` function.
     JAX batches a convolution whose kernel is batched (one kernel per client: a vmap over
-    clients) into a grouped convolution, which XLA's CPU backend runs several times slower
-    than the plain convolutions it stands for (a FEMNIST round in chunks of 2 clients took
-    1.7x the time of one client at a time). The rule here: a batched input alone is folded
+    clients) into a grouped convolution, which XLA's CPU backend runs slower than the plain
+    convolutions it stands for. The rule here: a batched input alone is folded
     into the image axis; a batched kernel alone into the output channels (every model on
     the same images, as scoring K cluster models does); both batched: one plain
     convolution per batch element (``lax.map``)."""
