@@ -27,27 +27,22 @@ import dataclasses
 import typing
 
 from fedclust_jax import register_algorithm
+from fedclust_jax import NonNegative
 from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
-from fedclust_jax.core.traced import concrete
 from fedclust_jax.core.train import proximal_term
 
 
 @dataclasses.dataclass(frozen=True)
 class FedProxConfig(FedAvgConfig):
-    """mu: the proximal coefficient (>= 0; 0 is FedAvg); local: the participants' local
+    """mu: the proximal coefficient (0 is FedAvg); local: the participants' local
     training (steps, lr, batch_size, optimizer, ...); participation: fraction of clients
     per round, in (0, 1]; weighting: "equal" or "samples" mean of their models; chunk:
     clients per vectorized chunk; sequential: the participants train one after another
     (FedAvg's SR-FCA-code variant); static: participation (a shape)."""
 
-    mu: float = 0.01
+    mu: NonNegative = 0.01
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("mu",)
-
-    def __post_init__(self):
-        super().__post_init__()
-        if concrete(self.mu) and not self.mu >= 0:
-            raise ValueError(f"FedProx mu must be >= 0, got {self.mu}")
 
 
 class FedProx(FedAvg):

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from fedclust_jax import register_algorithm
+from fedclust_jax import Size
 from flax import struct
 
 from fedclust_jax.algorithms.base import (Algorithm, ScoresClusters, check_chunk, check_clusters,
@@ -41,9 +42,9 @@ class FeSEMConfig:
     batch_size, optimizer, ...; a sweep may trace lr); chunk: clients per vectorized chunk
     ("auto": chosen per backend, None: all at once)."""
 
-    num_clusters: int = 2
+    num_clusters: Size = 2
     local: LocalTraining = LocalTraining()
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
 
     def __post_init__(self):
         check_clusters(self.num_clusters)

@@ -15,6 +15,7 @@ import jax
 from flax import nnx
 
 from fedclust_jax import register_model
+from fedclust_jax import Count, Size
 from fedclust_jax.models.base import from_nnx
 
 
@@ -37,7 +38,7 @@ class ResMLP(nnx.Module):
         return self.from_features(self.features(x))
 
 
-def resmlp(data, width: int = 32, depth: int = 2):
+def resmlp(data, width: Size = 32, depth: Count = 2):
     """A residual MLP sized for ``data``: inputs from its feature shape, outputs its
     classes (or 1 for regression).
 

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from fedclust_jax import register_algorithm
+from fedclust_jax import Fraction, Positive, Size
 from fedclust_jax.algorithms.base import (Algorithm, SamplesParticipants, check_chunk,
                                           evaluate_clusters)
 from fedclust_jax.core.clients import stream_clients
@@ -52,9 +53,9 @@ class ScaffoldConfig:
     chunk; static: participation (the number of participants, a shape)."""
 
     local: LocalTraining = LocalTraining()
-    global_lr: float = 1.0
-    participation: float = 1.0
-    chunk: int | str | None = "auto"
+    global_lr: Positive = 1.0
+    participation: Fraction = 1.0
+    chunk: Size | str | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("global_lr",)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from fedclust_jax import paper_defaults, register_dataset
+from fedclust_jax import Positive, Size, paper_defaults, register_dataset
 from fedclust_jax.data.federated import from_client_lists
 
 
@@ -19,8 +19,8 @@ from fedclust_jax.data.federated import from_client_lists
                 training={"lr": 0.1, "steps": 5},
                 algorithms={"fedavg": {}, "ifca": {"num_clusters": 2}, "oracle": {}},
                 source="this example's own settings (no paper)")
-def swapped_labels(key, num_clients: int = 20, samples_per_client: int = 40,
-                   test_samples_per_client: int = 20, separation: float = 2.0):
+def swapped_labels(key, num_clients: Size = 20, samples_per_client: Size = 40,
+                   test_samples_per_client: Size = 20, separation: Positive = 2.0):
     """Two Gaussian blobs, labels swapped in cluster 1.
 
     num_clients: N clients, half in each cluster;

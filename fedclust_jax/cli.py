@@ -320,10 +320,10 @@ def _show(v) -> str:
 
 
 def _type_name(annotation, default) -> str:
-    if annotation is None:
-        return "path or none" if default is None else type(default).__name__
-    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
-    return text.replace("typing.", "").replace("NoneType", "None")
+    from fedclust_jax.config_check import type_text
+    if annotation is None and default is None:
+        return "path or none"
+    return type_text(annotation, default)
 
 
 def _clip(text: str, width: int = 110) -> str:

@@ -38,7 +38,7 @@ def test_experiment_rejects_before_compute():
         ExperimentConfig(algorithm="ifcaa")
     with pytest.raises(ValueError, match="no parameter"):
         ExperimentConfig(algorithm="ifca", params=dict(clusters=2))
-    with pytest.raises(ValueError, match="learning rate"):
+    with pytest.raises(ValueError, match="lr = -1.0 is out of range"):
         ExperimentConfig(algorithm="fedavg", params=dict(lr=-1.0))
     with pytest.raises(ValueError, match="more than the 4 clients"):
         run_experiment(ExperimentConfig(dataset="gaussian-mixture",
@@ -66,7 +66,7 @@ def test_cli_compare_writes_json(tmp_path, capsys):
 
 def test_cli_reports_bad_input(capsys):
     assert main(["run", "--algorithm", "ifca", "--lr", "-1", "--no-progress"]) == 2
-    assert "learning rate" in capsys.readouterr().err
+    assert "lr = -1.0 is out of range" in capsys.readouterr().err
     assert main(["run", "--algorithm", "nope"]) == 2
     assert main(["compare", "--set", "bogus=1"]) == 2
 

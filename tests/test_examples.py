@@ -40,7 +40,8 @@ def test_registered_names_are_listed_and_checked():
     assert all(name in text for name in ("fesem", "swapped-labels", "resmlp", "fedprox",
                                          "scaffold"))
     assert "lr" in list_everything("fesem") and "proximal" in list_everything("fedprox")
-    with pytest.raises(ValueError, match="mu must be >= 0"):
+    with pytest.raises(ValueError, match="mu = -0.1 is out of range; mu takes a finite "
+                                         "number >= 0"):
         config(algorithm="fedprox", params=dict(mu=-0.1))
     with pytest.raises(ValueError, match="plain SGD"):
         config(algorithm="scaffold", params=dict(optimizer="adam"))
@@ -118,7 +119,7 @@ def test_cli_takes_plugins(tmp_path, capsys):
                                      rounds=2, algorithms={"fedprox": dict(mu=-1.0)})))
     assert cli.main(plugins + ["run", "--config", str(study), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "mu must be >= 0" in err and len(err.strip().splitlines()) == 1
+    assert "mu = -1.0 is out of range" in err and len(err.strip().splitlines()) == 1
 
 
 # ---- FedProx and SCAFFOLD: the local-step mechanism from a plugin ----------------------

@@ -25,7 +25,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "fedclust_jax"
 LAYERS = {"data": 0, "models": 0, "metrics": 0, "checkpoint": 1, "core": 1, "attacks": 2,
           "algorithms": 3, "loop": 3, "registration": 4, "reproduce": 4, "config_check": 0, "registry_check": 4, "experiment": 4, "presets": 4, "progress": 0,
           "results": 4, "sweep": 4, "sweep_calls": 4, "sweep_store": 4, "plot": 4, "cli": 5,
-          "__main__": 5, "hostdevices": 2, "__version__": 0, "describe": 0, "contract": 3,
+          "__main__": 5, "hostdevices": 2, "bounds": 0, "__version__": 0, "describe": 0, "contract": 3,
           "trained": 4,
           "__init__": 5}
 

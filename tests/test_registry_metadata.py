@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from fedclust_jax import DatasetDefaults, register_dataset, register_model
-from fedclust_jax.algorithms.registry import ALGORITHMS, LOCAL_KEYS, config_keys, field_docs
+from fedclust_jax.algorithms.registry import (ALGORITHMS, LOCAL_KEYS, config_keys, field_docs,
+                                             param_fields)
 from fedclust_jax.cli import list_everything, main
-from fedclust_jax.config_check import signature_fields
+from fedclust_jax.config_check import check_fields, signature_fields
 from fedclust_jax.data.registry import DATASETS
 from fedclust_jax.describe import meanings, summary
 from fedclust_jax.models.registry import MODELS
@@ -158,10 +159,10 @@ def test_builtins_register_through_the_public_calls():
 
 
 def test_a_plugin_parameter_is_never_held_to_another_parameters_rule():
-    """The package's rules by name (``config_check.SIZES``, ``RANGES``) are its own: a
-    plugin's ``beta`` of 0.9 and ``width`` of 0 pass (the built-in ``beta`` is SR-FCA's
-    trimming fraction in [0, 0.5), ``width`` a size >= 1), while its type, finiteness and
-    the 32-bit bound are still checked, and the built-ins keep their rules."""
+    """Ranges live in annotations, not in a table of names: a plugin's plain ``beta`` of
+    0.9 and ``width`` of 0 pass (the built-in ``beta`` is SR-FCA's trimming fraction in
+    [0, 0.5), ``width`` a size >= 1), while its type, finiteness and the 32-bit bound are
+    still checked, and the built-ins keep their ranges."""
     from fedclust_jax.config_check import ConfigError
     from fedclust_jax.registry_check import check_algorithm, check_data, check_model_args
 
@@ -186,12 +187,64 @@ def test_a_plugin_parameter_is_never_held_to_another_parameters_rule():
         check_data("synthetic-regression", {"num_clients": 0})
 
 
-def test_a_users_config_keeps_the_rules_of_the_fields_it_inherits():
+def test_a_plugin_declares_its_ranges_through_the_public_names(capsys):
+    """A user's builder and config state ranges as the built-ins do (``Size``,
+    ``Fraction``, ``Bounds``): refused in one line, shown by ``list``, and inherited
+    fields keep theirs."""
+    from typing import Annotated
+
+    from fedclust_jax import Bounds, Fraction, Size
     from fedclust_jax.algorithms.fedavg import FedAvgConfig
-    from fedclust_jax.algorithms.registry import package_params
+    from fedclust_jax.config_check import ConfigError
+    from fedclust_jax.registry_check import check_model_args
+
+    def ranged_model(data, width: Size = 8, share: Fraction = 0.5,
+                     tilt: Annotated[float, Bounds(-1, 1, high_open=True)] = 0.0):
+        """A plugin model. width: filters; share: a share; tilt: a tilt"""
+    register_model("ranged", ranged_model, replace=True)
+    try:
+        assert check_model_args("ranged", {"width": 3, "share": 1, "tilt": -1}) == {
+            "width": 3, "share": 1.0, "tilt": -1.0}
+        for bad, words in (({"width": 0}, "width = 0 is too small; width takes an integer >= 1"),
+                           ({"share": 0.0}, r"share takes a finite number in \(0, 1\]"),
+                           ({"tilt": 1.0}, r"tilt = 1.0 is out of range; tilt takes a finite "
+                                           r"number in \[-1, 1\)")):
+            with pytest.raises(ConfigError, match=words):
+                check_model_args("ranged", bad)
+        assert main(["list", "ranged"]) == 0
+        shown = capsys.readouterr().out
+        assert "int >= 1" in shown and "float in (0, 1]" in shown and "float in [-1, 1)" in shown
+    finally:
+        MODELS.pop("ranged")
 
     @dataclasses.dataclass(frozen=True)
     class Mine(FedAvgConfig):
         beta: float = 0.5
-    names = package_params(Mine)
-    assert "beta" not in names and {"lr", "steps", "participation"} <= names
+    fields = param_fields(Mine)
+    for name, value in (("lr", 0.0), ("steps", 0), ("participation", 1.5)):
+        with pytest.raises(ConfigError, match=f"{name} = "):
+            check_fields({name: value}, fields, "mine: ", "parameter")
+    assert check_fields({"beta": 7.0}, fields, "mine: ", "parameter") == {"beta": 7.0}
+
+
+def test_every_builtin_integer_declares_its_range():
+    """Every integer parameter of a built-in dataset, model or algorithm carries
+    ``Bounds`` (``Size``, ``Count``, ``Seed``, ...): none falls back to the bare 32-bit
+    range by being forgotten."""
+    from fedclust_jax.bounds import bounds_of
+    from fedclust_jax.config_check import _accepts
+
+    ours = lambda obj: obj.__module__.startswith("fedclust_jax.")   # plugins of other tests aside
+
+    def owners():
+        for reg in (DATASETS, MODELS):
+            for name, builder in reg.items():
+                if ours(builder):
+                    yield name, signature_fields(builder)[0]
+        for name, factory in ALGORITHMS.items():
+            if ours(factory.config_cls):
+                yield name, param_fields(factory.config_cls)
+    bare = [(owner, k) for owner, fields in owners() for k, (a, d) in fields.items()
+            if int in _accepts(a, d).kinds and int not in _accepts(a, d).bounds]
+    assert not bare, bare
+    assert bounds_of(int) == (int, None)

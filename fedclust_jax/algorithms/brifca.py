@@ -41,6 +41,7 @@ from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.robust import MEDIANS, METHODS, check_rule, cluster_aggregate
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.core.keys import BRIFCA_KEYS, BRIFCA_INIT_KEYS
+from fedclust_jax.bounds import BelowOne, Count, Size, TrimFraction
 
 STEPS = ("paper", "ifca")
 INITS = ("model", "unit_bernoulli", "near_truth")
@@ -115,21 +116,21 @@ class BRIFCAConfig(ByzantineSetting):
     all at once);
     static: byz_frac (which clients are Byzantine, a count)."""
 
-    num_clusters: int = 2
+    num_clusters: Size = 2
     aggregator: str = "trimmed_mean"
-    trim_frac: float = 0.05
+    trim_frac: TrimFraction = 0.05
     median: str = "mid"
     local: LocalTraining = LocalTraining(steps=1, lr=0.01)
     step: str = "paper"
     init: str = "model"
     init_radius: float = 0.25
     projection_radius: float | None = None
-    krum_frac: float = 0.1
+    krum_frac: BelowOne = 0.1
     clip_tau: float = 1.0
-    clip_iters: int = 1
-    gm_iters: int = 10
+    clip_iters: Count = 1
+    gm_iters: Count = 10
     method: str = "auto"
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = (
         ("trim_frac", "projection_radius", "krum_frac", "clip_tau") + ByzantineSetting.TRACED)

@@ -32,6 +32,7 @@ from fedclust_jax.core.pairwise import cosine_similarity
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked, take
 from fedclust_jax.core.train import LocalTraining, local_train
+from fedclust_jax.bounds import Count, Size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,12 +44,12 @@ class CFLConfig:
 
     eps1: float = 0.4
     eps2: float = 1.6
-    min_size: int = 2
-    warmup: int = 20
-    target_clusters: int | None = None
-    k_max: int = 8
+    min_size: Count = 2
+    warmup: Count = 20
+    target_clusters: Size | None = None
+    k_max: Size = 8
     local: LocalTraining = LocalTraining()
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("eps1", "eps2")
 

@@ -69,6 +69,8 @@ from fedclust_jax.core.clients import map_clients
 from fedclust_jax.core.optim import OPTIMIZERS, make_optimizer
 from fedclust_jax.data.federated import example_mask
 from fedclust_jax.models.clustergan import ClusterGANNets, clustergan_nets
+from fedclust_jax.bounds import Count, NonNegative, Positive, Size
+
 NOISE_LOSSES = ("sum", "mean")
 GP_MIXES = ("per_sample", "per_batch")
 
@@ -88,24 +90,24 @@ class ClusterGANConfig:
     eval_batch: points per encoder call when assigning; width, fc_width: network size when
     the runner builds the networks (``models.clustergan.clustergan_nets``)."""
 
-    num_clusters: int = 4
-    noise_dim: int = 30
-    noise_std: float = 0.1
+    num_clusters: Size = 4
+    noise_dim: Count = 30
+    noise_std: NonNegative = 0.1
     beta_n: float = 10.0
     beta_c: float = 10.0
     gp_weight: float = 10.0
-    critic_steps: int = 5
-    comm_rounds: int = 800
-    local_steps: int = 100
-    batch_size: int = 64
-    lr: float = 5e-3
+    critic_steps: Count = 5
+    comm_rounds: Count = 800
+    local_steps: Count = 100
+    batch_size: Size = 64
+    lr: Positive = 5e-3
     optimizer: str = "sgd"
     noise_loss: str = "sum"
     gp_mix: str = "per_sample"
-    chunk: int | str | None = "auto"
-    eval_batch: int = 1024
-    width: int = 64
-    fc_width: int = 1024
+    chunk: Size | str | None = "auto"
+    eval_batch: Count = 1024
+    width: Size = 64
+    fc_width: Count = 1024
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("noise_std", "beta_n", "beta_c", "gp_weight", "lr")
 

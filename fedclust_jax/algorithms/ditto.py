@@ -33,6 +33,7 @@ from fedclust_jax.core.losses import own_loss_ids
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.train import LocalTraining, local_train, proximal_term
 from fedclust_jax.core.keys import DITTO_CLIENT_KEYS
+from fedclust_jax.bounds import Positive, Size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,9 +45,9 @@ class DittoConfig:
 
     local: LocalTraining = LocalTraining()
     lam: float = 1.0
-    personal_steps: int | None = None
-    personal_lr: float | None = None
-    chunk: int | str | None = "auto"
+    personal_steps: Size | None = None
+    personal_lr: Positive | None = None
+    chunk: Size | str | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("lam", "personal_lr")
 

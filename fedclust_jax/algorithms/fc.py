@@ -34,6 +34,7 @@ from fedclust_jax.core.pytree import flatten_stacked
 from fedclust_jax.core.threshold_clustering import threshold_clustering
 from fedclust_jax.core.train import LocalTraining, client_gradient
 from fedclust_jax.core.keys import FC_KEYS
+from fedclust_jax.bounds import Count, Fraction, Size
 
 
 def fc_direction(grads, own, *, iters, radius=None, quantile=None, mask=None, method="gram"):
@@ -74,13 +75,13 @@ class FCConfig(ByzantineSetting):
     Static: byz_frac (which clients are Byzantine, a count)."""
 
     local: LocalTraining = LocalTraining(steps=1, lr=0.1)
-    tc_iters: int = 10
+    tc_iters: Count = 10
     radius: float | None = None
-    radius_quantile: float | None = 0.2
+    radius_quantile: Fraction | None = 0.2
     tc_method: str = "gram"
-    num_groups: int = 1
+    num_groups: Size = 1
     same_init: bool = True
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("radius", "radius_quantile") + ByzantineSetting.TRACED
 

@@ -31,6 +31,7 @@ from fedclust_jax.core.train import (LocalTraining, cluster_pass, join_state, lo
                                      split_state)
 from fedclust_jax.models.resnet9 import is_stateful, running_view
 from fedclust_jax.core.keys import FEDAVG_KEYS
+from fedclust_jax.bounds import Fraction, Size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +46,9 @@ class FedAvgConfig:
     static: participation (the number of participants, a shape)."""
 
     local: LocalTraining = LocalTraining()
-    participation: float = 1.0
+    participation: Fraction = 1.0
     weighting: str = "equal"
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
     sequential: bool = False
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ()

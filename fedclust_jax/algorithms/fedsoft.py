@@ -26,6 +26,7 @@ from fedclust_jax.core.pytree import take
 from fedclust_jax.core.train import LocalTraining, local_train
 from fedclust_jax.data.federated import example_mask
 from fedclust_jax.core.keys import FEDSOFT_KEYS
+from fedclust_jax.bounds import Probability, Size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,11 +34,11 @@ class FedSoftConfig:
     """num_clusters: number of cluster models K; sigma: importance floor in [0, 1/K]; clients_per_cluster: S
     clients drawn per cluster per round; local: client training; chunk: clients per chunk."""
 
-    num_clusters: int = 2
-    sigma: float = 0.05
-    clients_per_cluster: int = 10
+    num_clusters: Size = 2
+    sigma: Probability = 0.05
+    clients_per_cluster: Size = 10
     local: LocalTraining = LocalTraining()
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("sigma",)
 

@@ -72,6 +72,7 @@ from fedclust_jax.core.train import (LocalTraining, cluster_pass, join_state, lo
                                      split_state)
 from fedclust_jax.models.resnet9 import is_stateful, running_view
 from fedclust_jax.core.keys import IFCA_INIT_KEYS, IFCA_KEYS
+from fedclust_jax.bounds import Count, Fraction, Size
 
 OPTIONS = ("gradient", "model")
 ASSIGNMENTS = ("loss", "oracle", "fixed")
@@ -100,20 +101,20 @@ class IFCAConfig:
     body as pre-trained);
     static: participation (the number of participants, a shape)."""
 
-    num_clusters: int = 2
+    num_clusters: Size = 2
     option: str = "model"
     local: LocalTraining = LocalTraining()
-    participation: float = 1.0
+    participation: Fraction = 1.0
     weighting: str = "equal"
     weight_sharing: bool = False
     assignment: str = "loss"
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
     sequential: bool = False
-    clients_per_cluster: int | None = None
-    pretrain_rounds: int = 0
+    clients_per_cluster: Size | None = None
+    pretrain_rounds: Count = 0
     pretrain_participation: float = 1.0
-    warm_rounds: int = 0
-    warm_clients_per_cluster: int | None = None
+    warm_rounds: Count = 0
+    warm_clients_per_cluster: Count | None = None
     freeze_body: bool = False
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ()

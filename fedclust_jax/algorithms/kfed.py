@@ -20,6 +20,7 @@ from flax import struct
 from fedclust_jax.algorithms.base import (Algorithm, check_chunk, check_clusters)
 from fedclust_jax.core.kmeans import KFedResult, best_kmeans, kfed
 from fedclust_jax.core.pairwise import sq_distances
+from fedclust_jax.bounds import Count, Size
 
 __all__ = ["KFed", "KFedConfig", "KFedResult", "KFedState", "best_kmeans", "kfed"]
 
@@ -30,11 +31,11 @@ class KFedConfig:
     Lloyd iterations per k-means run; restarts: k-means++ seedings per run (client and
     server), the lowest inertia kept; chunk: clients per vectorized chunk (None = all)."""
 
-    num_clusters: int = 4
-    local_k: int | None = None
-    iters: int = 50
-    restarts: int = 10
-    chunk: int | str | None = "auto"
+    num_clusters: Size = 4
+    local_k: Count | None = None
+    iters: Count = 50
+    restarts: Size = 10
+    chunk: Size | str | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ()
 

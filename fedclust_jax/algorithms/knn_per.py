@@ -24,6 +24,7 @@ from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
 from fedclust_jax.core.clients import map_clients
 from fedclust_jax.core.pairwise import sq_distances
 from fedclust_jax.data.federated import example_mask
+from fedclust_jax.bounds import Size
 
 FEATURES = ("input", "output")
 
@@ -37,7 +38,7 @@ class KNNPerConfig(FedAvgConfig):
     static: participation (the number of participants, a shape)."""
 
     lam: float = 0.5
-    neighbors: int = 10
+    neighbors: Size = 10
     features: str = "input"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("lam",)

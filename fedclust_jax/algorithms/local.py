@@ -26,6 +26,7 @@ from fedclust_jax.core.losses import client_loss_accuracy, own_loss_ids
 from fedclust_jax.core.participation import check_participation, client_keys
 from fedclust_jax.core.train import LocalTraining, join_state, local_train, split_state
 from fedclust_jax.models.resnet9 import is_stateful, running_view
+from fedclust_jax.bounds import Count, Size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,8 +37,8 @@ class LocalConfig:
     freeze_body: train the head only."""
 
     local: LocalTraining = LocalTraining()
-    chunk: int | str | None = "auto"
-    pretrain_rounds: int = 0
+    chunk: Size | str | None = "auto"
+    pretrain_rounds: Count = 0
     pretrain_participation: float = 1.0
     weighting: str = "equal"
     freeze_body: bool = False

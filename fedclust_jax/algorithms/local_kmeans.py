@@ -24,6 +24,7 @@ from fedclust_jax.core.kmeans import kmeans
 from fedclust_jax.core.oneshot import ONE_SHOT_INITS
 from fedclust_jax.core.pytree import flatten_stacked, unflatten_stacked
 from fedclust_jax.core.train import LocalTraining
+from fedclust_jax.bounds import Count, Size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,12 +33,12 @@ class LocalKMeansConfig:
     inertia kept); init: "common" (one w_0 for every client) or "independent" (a random
     init per client); local: the clients' training per round; chunk: clients per chunk."""
 
-    num_clusters: int = 2
-    kmeans_iters: int = 50
-    n_init: int = 4
+    num_clusters: Size = 2
+    kmeans_iters: Count = 50
+    n_init: Size = 4
     init: str = "common"
     local: LocalTraining = LocalTraining()
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ()
 

@@ -29,6 +29,7 @@ from fedclust_jax.core.pytree import flatten_stacked
 from fedclust_jax.core.threshold_clustering import threshold_clustering
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.core.keys import MC_KEYS
+from fedclust_jax.bounds import Count, Fraction, Positive, Size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,15 +49,15 @@ class MCConfig(ByzantineSetting):
     matrix costs N^2 P) or "gram" (``threshold_clustering``).
     Static: byz_frac (which clients are Byzantine, a count)."""
 
-    num_clusters: int = 2
-    alpha: float = 0.1
+    num_clusters: Size = 2
+    alpha: Positive = 0.1
     local: LocalTraining = LocalTraining(steps=1, lr=0.1)
-    tc_iters: int = 10
+    tc_iters: Count = 10
     radius: float | None = None
-    radius_quantile: float | None = 0.2
+    radius_quantile: Fraction | None = 0.2
     tc_method: str = "points"
     same_init: bool = True
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("alpha", "radius", "radius_quantile") + ByzantineSetting.TRACED
 

@@ -19,6 +19,7 @@ from fedclust_jax.attacks import ByzantineSetting
 from fedclust_jax.core.kmeans import kmeans
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.core.keys import MYOPIC_KEYS
+from fedclust_jax.bounds import Count, Size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,11 +34,11 @@ class MyopicConfig(ByzantineSetting):
     chunk: clients per vectorized chunk ("auto": chosen per backend, None: all at once).
     Static: byz_frac (which clients are Byzantine, a count)."""
 
-    num_clusters: int = 2
+    num_clusters: Size = 2
     local: LocalTraining = LocalTraining(steps=1, lr=0.1)
-    kmeans_iters: int = 20
+    kmeans_iters: Count = 20
     same_init: bool = True
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ByzantineSetting.TRACED
 

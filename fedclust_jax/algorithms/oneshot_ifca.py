@@ -27,6 +27,7 @@ from fedclust_jax.core.losses import loss_matrix_ids, train_test_loss_matrices
 from fedclust_jax.core.oneshot import check_graph_options, one_shot, replace_steps
 from fedclust_jax.core.participation import check_participation, participants
 from fedclust_jax.core.train import LocalTraining, cluster_pass
+from fedclust_jax.bounds import Fraction, Probability, Size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,15 +41,15 @@ class OneShotIFCAConfig:
     static: lam_quantile (an index into the sorted distances), participation (a shape)."""
 
     lam: float | None = 1.0
-    lam_quantile: float | None = None
-    t: int = 2
+    lam_quantile: Probability | None = None
+    t: Size = 2
     metric: str = "cross_loss"
     graph: str = "components"
-    one_shot_steps: int = 100
-    k_max: int | None = None
-    participation: float = 1.0
+    one_shot_steps: Size = 100
+    k_max: Size | None = None
+    participation: Fraction = 1.0
     local: LocalTraining = LocalTraining()
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("lam",)
 

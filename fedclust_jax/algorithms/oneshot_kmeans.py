@@ -38,6 +38,7 @@ from fedclust_jax.core.kmeans import kmeans
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked
 from fedclust_jax.core.train import LocalTraining, local_train
+from fedclust_jax.bounds import Count, Fraction, Positive, Size
 
 
 FEATURES = ("model", "logreg")
@@ -61,16 +62,16 @@ class OneShotConfig:
     freeze_body: train the head only after pre-training.
     Static: participation (the number of participants, a shape)."""
 
-    num_clusters: int = 2
-    erm_steps: int = 100
-    erm_lr: float = 0.1
-    kmeans_iters: int = 50
+    num_clusters: Size = 2
+    erm_steps: Size = 100
+    erm_lr: Positive = 0.1
+    kmeans_iters: Count = 50
     local: LocalTraining = LocalTraining()
-    participation: float = 1.0
+    participation: Fraction = 1.0
     weighting: str = "equal"
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
     features: str = "model"
-    pretrain_rounds: int = 0
+    pretrain_rounds: Count = 0
     pretrain_participation: float = 1.0
     freeze_body: bool = False
 

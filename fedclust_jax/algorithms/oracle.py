@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig
+from fedclust_jax.bounds import Size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -15,7 +16,7 @@ class OracleConfig(IFCAConfig):
     num_clusters: number of cluster models K (None: the data's number of true clusters);
     assignment: "oracle" (fixed: the clients' true clusters)."""
 
-    num_clusters: int | None = None
+    num_clusters: Size | None = None
     assignment: str = "oracle"
 
     def __post_init__(self):

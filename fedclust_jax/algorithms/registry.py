@@ -73,28 +73,17 @@ def param_fields(config_cls) -> dict:
     """{flat parameter name: (annotation, default)} of a config class, with ``local``
     expanded into the ``LocalTraining`` fields at the config's own ``local`` default
     (e.g. BR-IFCA's steps=1, lr=0.01)."""
-    hints = typing.get_type_hints(config_cls)
+    hints = typing.get_type_hints(config_cls, include_extras=True)
     out = {}
     for f in dataclasses.fields(config_cls):
         if f.name == "local":
             local = _field_default(f)
-            local_hints = typing.get_type_hints(LocalTraining)
+            local_hints = typing.get_type_hints(LocalTraining, include_extras=True)
             for lf in dataclasses.fields(LocalTraining):
                 out[lf.name] = (local_hints[lf.name], getattr(local, lf.name))
         else:
             out[f.name] = (hints[f.name], _field_default(f))
     return out
-
-
-def package_params(config_cls) -> set:
-    """The flat parameters of ``config_cls`` that this package declares (the package's
-    rules by name check them, ``config_check.check_fields``): fields its own classes
-    declare, and the ``LocalTraining`` fields a ``local`` expands into."""
-    from fedclust_jax.config_check import package_names
-    names = package_names(config_cls, param_fields(config_cls))
-    if any(f.name == "local" for f in dataclasses.fields(config_cls)):
-        names |= {f.name for f in dataclasses.fields(LocalTraining)}
-    return names
 
 
 def config_keys(config_cls) -> list[str]:
@@ -112,8 +101,7 @@ def make_config(config_cls, params: dict, algorithm: str):
     if unknown:
         raise ValueError(f"algorithm {algorithm!r} has no parameter(s) {unknown}; "
                          f"it takes {sorted(fields)}")
-    params = check_fields(params, fields, f"{algorithm}: ", "parameter",
-                          package=package_params(config_cls))
+    params = check_fields(params, fields, f"{algorithm}: ", "parameter")
     names = [f.name for f in dataclasses.fields(config_cls)]
     split = "local" in names   # else lr, batch_size, optimizer are the config's own fields
     local = {k: v for k, v in params.items() if split and k in LOCAL_KEYS}

@@ -69,6 +69,7 @@ from fedclust_jax.core.robust import cluster_trimmed_mean
 from fedclust_jax.core.traced import concrete
 from fedclust_jax.core.train import LocalTraining, local_train
 from fedclust_jax.core.keys import SRFCA_KEYS
+from fedclust_jax.bounds import Probability, Size, TrimFraction
 
 REFINE_INITS = ("continue", "common", "fresh")
 VARIANTS = {
@@ -106,22 +107,22 @@ class SRFCAConfig:
 
     variant: str = "paper"
     lam: float | None = 1.0
-    lam_quantile: float | None = None
-    t: int = 2
-    beta: float = 0.15
+    lam_quantile: Probability | None = None
+    t: Size = 2
+    beta: TrimFraction = 0.15
     metric: str = "cross_loss"
-    one_shot_steps: int = 100
-    rounds_per_refine: int = 10
-    clients_per_cluster: int | None = None
-    max_participants: int | None = None
+    one_shot_steps: Size = 100
+    rounds_per_refine: Size = 10
+    clients_per_cluster: Size | None = None
+    max_participants: Size | None = None
     graph: str | None = None
     refine_init: str | None = None
     one_shot_init: str | None = None
     sequential: bool | None = None
     drop_small: bool | None = None
-    k_max: int | None = None
+    k_max: Size | None = None
     local: LocalTraining = LocalTraining()
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("lam", "beta")
 

@@ -45,6 +45,7 @@ from fedclust_jax.core.robust import cluster_trimmed_mean
 from fedclust_jax.core.traced import concrete
 from fedclust_jax.core.train import LocalTraining, local_train
 from fedclust_jax.core.keys import THREE_STAGE_KEYS
+from fedclust_jax.bounds import Count, Positive, Size, TrimFraction
 
 
 SEEDINGS = ("kmeans++", "random")
@@ -112,15 +113,15 @@ class ThreeStageConfig(ByzantineSetting):
     chunk: clients per vectorized chunk ("auto": chosen per backend, None: all at once).
     Static: byz_frac (which clients are Byzantine, a count)."""
 
-    num_clusters: int = 2
-    erm_steps: int = 100
-    erm_lr: float = 0.1
-    kmeans_iters: int = 100
+    num_clusters: Size = 2
+    erm_steps: Size = 100
+    erm_lr: Positive = 0.1
+    kmeans_iters: Count = 100
     kmeans_seeding: str = "kmeans++"
-    kmeans_restarts: int = 1
-    trim_frac: float = 0.05
+    kmeans_restarts: Size = 1
+    trim_frac: TrimFraction = 0.05
     local: LocalTraining = LocalTraining(steps=1, lr=0.01)
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("erm_lr", "trim_frac") + ByzantineSetting.TRACED
 

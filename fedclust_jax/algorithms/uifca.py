@@ -59,6 +59,7 @@ from fedclust_jax.core.clients import map_clients
 from fedclust_jax.core.optim import OPTIMIZERS, make_optimizer
 from fedclust_jax.data.federated import example_mask
 from fedclust_jax.models.flows import FlowModel, noisy_copies
+from fedclust_jax.bounds import Count, Positive, Size
 
 MODEL_INITS = ("warm", "reinit")
 ASSIGN_WITH = ("new", "previous")
@@ -82,18 +83,18 @@ class UIFCAConfig:
     of sums and counts; not in [T]; for continuous data only, not for images fed to the
     logit of ``real_nvp``)."""
 
-    num_clusters: int = 4
-    cluster_rounds: int = 20
-    comm_rounds: int = 100
-    local_steps: int = 100
-    batch_size: int = 32
-    lr: float = 1e-3
+    num_clusters: Size = 4
+    cluster_rounds: Count = 20
+    comm_rounds: Count = 100
+    local_steps: Count = 100
+    batch_size: Size = 32
+    lr: Positive = 1e-3
     optimizer: str = "sgd"
     init_noise: float = 0.01
     init_assign: str = "models"
     model_init: str = "warm"
     assign_with: str = "new"
-    chunk: int | str | None = "auto"
+    chunk: Size | str | None = "auto"
     standardize: bool = False
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("lr", "init_noise")

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from fedclust_jax.attacks import gradient
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
 from fedclust_jax.core.traced import concrete
+from fedclust_jax.bounds import BelowOne
 
 ATTACKS = ("none", "outlier", "sign_flip", "scaling", "gaussian", "label_flip", "alie", "ipm")
 PLACEMENTS = ("loss", "spread", "smallest")
@@ -115,7 +116,7 @@ class ByzantineSetting:
     attack_z: the ALIE attack's z (None: from the number of clients);
     placement: how a Byzantine client chooses its cluster (``PLACEMENTS``)."""
 
-    byz_frac: float = 0.0
+    byz_frac: BelowOne = 0.0
     attack: str = "none"
     attack_scale: float = 3.0
     attack_std: float = 1.0

@@ -38,6 +38,7 @@ from fedclust_jax.data.federated import example_mask
 from fedclust_jax.core.optim import check_optimizer, make_optimizer
 from fedclust_jax.core.traced import concrete
 from fedclust_jax.models.resnet9 import is_stateful, running_view
+from fedclust_jax.bounds import BelowOne, Fraction, NonNegative, Positive, Size
 
 @dataclasses.dataclass(frozen=True)
 class LocalTraining:
@@ -54,13 +55,13 @@ class LocalTraining:
     the program): steps, batch_size, optimizer; the ``TRACED`` fields may be arrays.
     """
 
-    steps: int = 10
-    lr: float = 0.1
-    batch_size: int | None = None
+    steps: Size = 10
+    lr: Positive = 0.1
+    batch_size: Size | None = None
     optimizer: str = "sgd"
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    lr_decay: float = 1.0
+    momentum: BelowOne = 0.0
+    weight_decay: NonNegative = 0.0
+    lr_decay: Fraction = 1.0
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("lr", "lr_decay", "momentum", "weight_decay")
 

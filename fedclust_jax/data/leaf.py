@@ -20,6 +20,7 @@ import numpy as np
 
 from fedclust_jax.data.defaults import paper_defaults
 from fedclust_jax.data.sources import DataFormatError, missing, resolve_data_dir, ENV_VAR
+from fedclust_jax.bounds import Count, Size
 
 # LEAF's Shakespeare alphabet (80 symbols); a character's token is its index here.
 SHAKESPEARE_CHARS = ("\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]"
@@ -174,8 +175,8 @@ def load_leaf_clients(name: str, data_dir=None, *, subdir: str | None = None,
     training={"lr": 0.8, "steps": 400, "batch_size": 10},
     algorithms={"fedavg": {}, "local": {}, "ifca": {"num_clusters": 3, "option": "model"}},
     source="as shakespeare (SR-FCA paper and code), the speakers' windows cut or pooled")
-def shakespeare_windows(key, *, num_clients: int | None = None, max_train: int | None = None,
-                        max_test: int | None = None, pool: bool = False,
+def shakespeare_windows(key, *, num_clients: Size | None = None, max_train: Count | None = None,
+                        max_test: Count | None = None, pool: bool = False,
                         data_dir=None):
     """LEAF Shakespeare with LEAF's split, one client per speaker (``num_clients`` drawn at
     random from the key, None = all), each speaker's training / test windows cut to its
@@ -214,8 +215,8 @@ def shakespeare_windows(key, *, num_clients: int | None = None, max_train: int |
     training={"lr": 0.5, "steps": 5, "batch_size": 10},
     algorithms={"fedavg": {}, "local": {}, "ifca": {"num_clusters": 2, "option": "model"}},
     source="this project's CI text task: two Markov-chain writers, a small LSTM")
-def toy_text(key, *, num_clients: int = 6, num_clusters: int = 2, n: int = 40,
-             n_test: int = 20, length: int = 80):
+def toy_text(key, *, num_clients: Size = 6, num_clusters: Size = 2, n: Size = 40,
+             n_test: Size = 20, length: Count = 80):
     """Shakespeare-shaped token windows without files (CI size): cluster c (client i in
     cluster i mod K) writes text from its own random first-order Markov chain over LEAF's
     80 symbols (4 successors a symbol); a client's windows slide over its own text.

@@ -24,6 +24,7 @@ import numpy as np
 from fedclust_jax.data.defaults import paper_defaults
 from fedclust_jax.data.federated import FederatedData
 from fedclust_jax.data.synthetic import bernoulli_theta
+from fedclust_jax.bounds import Count, NonNegative, Positive, Probability, Seed, Size
 
 
 def check_point_setup(num_clients, points_per_client, num_clusters, heterogeneity):
@@ -75,9 +76,9 @@ def _point_data(x, labels, heterogeneity, num_clusters) -> FederatedData:
         "rounds), tau = 100 communication rounds of M = 100 local steps (UIFCA's defaults; a "
         "GPU-scale job: lower comm_rounds / local_steps on a CPU); the model is the affine "
         "flow, the default for data whose points carry clusters"))
-def gaussian_clusters(key, *, num_clients: int = 4, points_per_client: int = 1000,
-                      num_clusters: int = 4, dim: int = 32, separation: float = 5.0,
-                      noise_std: float = 1.0, heterogeneity: float = 1.0,
+def gaussian_clusters(key, *, num_clients: Size = 4, points_per_client: Size = 1000,
+                      num_clusters: Size = 4, dim: Size = 32, separation: Positive = 5.0,
+                      noise_std: NonNegative = 1.0, heterogeneity: Probability = 1.0,
                       scaling: str = "multiply") -> FederatedData:
     """Gaussian clusters ([T] 4.3): centre_k = Bernoulli(0.5)^d "scaled by R", point =
     centre + N(0, sigma^2 I). scaling="multiply" (default): centre = R b, separation about
@@ -115,10 +116,10 @@ def gaussian_clusters(key, *, num_clients: int = 4, points_per_client: int = 100
     rounds=20,
     algorithms={"kfed": {"num_clusters": 4}, "uifca": {"num_clusters": 4}},
     source="as uifca-gaussian (Chung's thesis, Table 4.1)")
-def subspace_clusters(key, *, num_clients: int = 4, points_per_client: int = 1000,
-                      num_clusters: int = 4, dim: int = 32, subspace_dim: int = 16,
-                      coef_std: float = 1.0, jitter: float = 0.05,
-                      heterogeneity: float = 1.0) -> FederatedData:
+def subspace_clusters(key, *, num_clients: Size = 4, points_per_client: Size = 1000,
+                      num_clusters: Size = 4, dim: Size = 32, subspace_dim: Size = 16,
+                      coef_std: NonNegative = 1.0, jitter: NonNegative = 0.05,
+                      heterogeneity: Probability = 1.0) -> FederatedData:
     """Subspace clusters ([T] 4.3): cluster k has a random orthonormal basis U_k [d, r]
     (QR of a Gaussian matrix); point = U_k c + jitter * N(0, I_d), c ~ N(0, coef_std^2 I_r).
     The jitter makes the rank-r covariance non-singular ([T] leaves it out; its density
@@ -227,8 +228,9 @@ def _pool_points(key, pools, num_clients, points_per_client, fill, heterogeneity
     algorithms={"kfed": {"num_clusters": 4}, "uifca": {"num_clusters": 4}},
     source=("Chung's thesis, Tables 4.2 / 4.3: rotated digit 2, K = 4 rotations, n = K clients; "
         "fedclust_jax/studies/uifca/ holds each table's settings"))
-def mnist_points(key, *, task: str = "rotated", digits: list = (2,), heterogeneity: float = 1.0,
-                 num_clients: int | None = None, points_per_client: int | None = None,
+def mnist_points(key, *, task: str = "rotated", digits: list = (2,),
+                 heterogeneity: Probability = 1.0, num_clients: Size | None = None,
+                 points_per_client: Size | None = None,
                  fill: float = 0.95, random_background: bool = False, source: str = "mnist",
                  data_dir: str | None = None, download: bool = False) -> FederatedData:
     """[T] 4.3's MNIST point clusters: "rotated" (one digit's training images at 0/90/180/
@@ -268,9 +270,9 @@ def mnist_points(key, *, task: str = "rotated", digits: list = (2,), heterogenei
     algorithms={"kfed": {"num_clusters": 4}, "uifca": {"num_clusters": 4}},
     source=("Chung's thesis, Table 4.3 'MNIST Representations': RotNet features, K = 4 rotations, "
         "projected on 32 principal components (Table 4.1's dimension)"))
-def rotnet_points(key, *, digit: int = 2, heterogeneity: float = 1.0, fill: float = 0.95,
-                  points_per_client: int | None = None, pca: int = 0, epochs: int = 3,
-                  pretrain_images: int = 10000, pretrain_seed: int = 0,
+def rotnet_points(key, *, digit: Count = 2, heterogeneity: Probability = 1.0, fill: float = 0.95,
+                  points_per_client: Size | None = None, pca: Count = 0, epochs: Count = 3,
+                  pretrain_images: Count = 10000, pretrain_seed: Seed = 0,
                   cache_dir: str | None = None, source: str = "mnist",
                   data_dir: str | None = None, download: bool = False) -> FederatedData:
     """[T] 4.3's "MNIST Representations", read as the Rotated task on RotNet features: a

@@ -37,6 +37,7 @@ from fedclust_jax.data.sources import (FILES_DOC, IDX_NAMES, find_idx, load_digi
                                        load_images, read_idx, resolve_data_dir)
 from fedclust_jax.data.transforms import ClusterTransform
 from fedclust_jax.data.views import FederatedViews, make_views
+from fedclust_jax.bounds import Count, OpenFraction, Positive, Size
 
 Transform = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
@@ -321,8 +322,8 @@ _VIEWS_DOC = """
     },
     source=("IFCA paper Sec. 3.2: MLP 784-200-10, full participation, tau=10 full-batch steps, "
         "gamma=0.1, option II; 300 rounds (authors' code)"))
-def ifca_rotated_mnist(key, *, num_clusters: int = 4, num_clients: int = 2400, n: int = 100,
-                       n_test: int | None = None, views: bool = True, replace: bool = False,
+def ifca_rotated_mnist(key, *, num_clusters: Size = 4, num_clients: Size = 2400, n: Size = 100,
+                       n_test: Size | None = None, views: bool = True, replace: bool = False,
                        data_dir=None, source: str = "auto", download: bool = False):
     """IFCA rotated MNIST: k = 4 (0/90/180/270) or 2 (0/180) clusters, m clients of n images,
     each cluster taking the whole 60k train set (whole-set construction). Paper grid:
@@ -365,8 +366,8 @@ def _srfca_mnist_defaults(num_clusters: int, one_shot_steps: int, rounds_per_ref
 
 
 @_srfca_mnist_defaults(num_clusters=4, one_shot_steps=250, rounds_per_refine=42)
-def srfca_rotated_mnist(key, *, num_clusters: int = 4, num_clients: int = 100, n: int = 600,
-                        n_test: int = 100, views: bool = True, replace: bool = False,
+def srfca_rotated_mnist(key, *, num_clusters: Size = 4, num_clients: Size = 100, n: Size = 600,
+                        n_test: Size = 100, views: bool = True, replace: bool = False,
                         data_dir=None, source: str = "auto", download: bool = False):
     """SR-FCA rotated MNIST: m = 100 disjoint shards of 600 train / 100 test images, client i
     in cluster i mod K rotated by (i mod K) * 90 degrees (K = 4). Pixels in [0, 1].
@@ -385,7 +386,7 @@ def srfca_rotated_mnist(key, *, num_clusters: int = 4, num_clients: int = 100, n
 
 
 @_srfca_mnist_defaults(num_clusters=2, one_shot_steps=280, rounds_per_refine=56)
-def srfca_inverted_mnist(key, *, num_clients: int = 100, n: int = 600, n_test: int = 100,
+def srfca_inverted_mnist(key, *, num_clients: Size = 100, n: Size = 600, n_test: Size = 100,
                          pixel_range: str = "unit", views: bool = True, replace: bool = False,
                          data_dir=None, source: str = "auto", download: bool = False):
     """SR-FCA inverted MNIST: disjoint shards as ``srfca_rotated_mnist``, K = 2; odd clients'
@@ -428,8 +429,8 @@ def srfca_inverted_mnist(key, *, num_clients: int = 100, n: int = 600, n_test: i
     source=("'Provably personalized' paper Table 1: K=4 x 75 clients, FC with 16 subgroups and "
         "the 20th-percentile radius, one gradient step per round; the model (IFCA's MLP), lr, "
         "rounds and batch size are unstated (choices here)"))
-def personalized_mnist(key, *, num_clusters: int = 4, clients_per_cluster: int = 75,
-                       task: str = "rotation", n: int | None = None, n_test: int | None = None,
+def personalized_mnist(key, *, num_clusters: Size = 4, clients_per_cluster: Size = 75,
+                       task: str = "rotation", n: Size | None = None, n_test: Size | None = None,
                        views: bool = True, data_dir=None, source: str = "auto",
                        download: bool = False):
     """"Provably personalized" MNIST (Table 1): K = 4 clusters x 75 clients of disjoint
@@ -465,7 +466,7 @@ def personalized_mnist(key, *, num_clusters: int = 4, clients_per_cluster: int =
     source=("SR-FCA paper and code: ResNet9, SGD lr 0.5, momentum 0.9, wd 5e-4, batch 100, 2400 "
         "one-step rounds (the code's one-cycle schedule, label smoothing and augmentation are "
         "not applied)"))
-def srfca_rotated_cifar10(key, *, num_chunks: int = 16, keep_chunks: int = 8,
+def srfca_rotated_cifar10(key, *, num_chunks: Size = 16, keep_chunks: Size = 8,
                           views: bool = True, data_dir=None, source: str = "auto",
                           download: bool = False):
     """SR-FCA rotated CIFAR-10: 2 clusters (0 / 180 degrees); each cluster's full 50k train
@@ -490,7 +491,7 @@ def srfca_rotated_cifar10(key, *, num_chunks: int = 16, keep_chunks: int = 8,
     training={"lr": 0.5, "momentum": 0.9, "weight_decay": 0.0005, "steps": 1, "batch_size": 100},
     algorithms={"fedavg": {}, "local": {}, "ifca": {"num_clusters": 2, "option": "model"}},
     source="as srfca-rotated-cifar10 (SR-FCA paper and code)")
-def srfca_label_cifar10(key, *, num_chunks: int = 8, keep_chunks: int = 8, views: bool = True,
+def srfca_label_cifar10(key, *, num_chunks: Size = 8, keep_chunks: Size = 8, views: bool = True,
                         data_dir=None, source: str = "auto", download: bool = False):
     """SR-FCA label CIFAR-10: cluster 0 holds classes 0-6, cluster 1 classes 3-9 (4 shared),
     labels unchanged. Each cluster's 35k images cut into 8 chunks of 4375 (the paper's n),
@@ -516,9 +517,9 @@ def srfca_label_cifar10(key, *, num_chunks: int = 8, keep_chunks: int = 8, views
     algorithms={"fedavg": {}, "local": {}, "ifca": {"num_clusters": 2, "option": "model"}},
     source=("IFCA paper Sec. 3.3: 10% participation, lr x0.99 per round, batch 50; the authors' "
         "code: lr0=0.25, 5 local epochs (50 steps), 600 rounds. Augmentation is not applied"))
-def ifca_rotated_cifar10(key, *, num_clients: int = 200, n: int = 500, n_test: int | None = None,
-                         views: bool = True, replace: bool = False, data_dir=None,
-                         source: str = "auto", download: bool = False):
+def ifca_rotated_cifar10(key, *, num_clients: Size = 200, n: Size = 500,
+                         n_test: Size | None = None, views: bool = True, replace: bool = False,
+                         data_dir=None, source: str = "auto", download: bool = False):
     """IFCA rotated CIFAR-10: k = 2 (0 / 180 degrees), m = 200 clients of n = 500 images,
     whole-set construction (m_test = 40 machines of 500 -> 20 per cluster). Augmentation
     (crop, flip) and the 10% participation are training settings, not data. replace: True
@@ -546,8 +547,8 @@ def ifca_rotated_cifar10(key, *, num_clients: int = 200, n: int = 500, n_test: i
     },
     source=("IFCA rotated-MNIST settings (MLP hidden 200, tau=10 full-batch steps, gamma=0.1, "
         "option II) on sklearn's 8x8 digits; 50 rounds"))
-def rotated_digits(key, *, num_clusters: int = 4, num_clients: int = 40, n: int = 100,
-                   n_test: int = 40, test_fraction: float = 0.25, views: bool = False,
+def rotated_digits(key, *, num_clusters: Size = 4, num_clients: Size = 40, n: Size = 100,
+                   n_test: Size = 40, test_fraction: OpenFraction = 0.25, views: bool = False,
                    replace: bool = False):
     """Rotated 8x8 digits (scikit-learn's bundled 1,797 images, no download): the IFCA
     whole-set rotation recipe on a random (1 - test_fraction) / test_fraction split.
@@ -604,7 +605,7 @@ def _natural(name, key, num_clients, lists, num_classes, dtype):
     source=("SR-FCA paper and code: 50 writers, CNN, SGD lr 0.04, batch 100, 200 rounds x 5 local "
         "steps, IFCA K=4, SR-FCA beta 0.2092, ONE_SHOT 1000 steps, 2 REFINE steps (lambda: "
         "tune it, --set srfca.lam=...)"))
-def femnist(key, *, num_clients: int | None = None, data_dir=None) -> FederatedData:
+def femnist(key, *, num_clients: Size | None = None, data_dir=None) -> FederatedData:
     """FEMNIST from LEAF JSON: one client per writer, LEAF's per-user train/test split,
     62 classes, x [N, n_max, 28, 28, 1] (1.0 = white background, as LEAF stores it),
     cluster -1 (latent). num_clients: a random subset of writers (SR-FCA uses 50), None = all."""
@@ -626,9 +627,9 @@ def femnist(key, *, num_clients: int | None = None, data_dir=None) -> FederatedD
     source=("SR-FCA paper and code: 50 speakers, 2-layer LSTM(256), SGD lr 0.8, batch 10, 6 "
         "rounds x 400 local steps, IFCA K=3, SR-FCA beta 0.15, lambda the 25th percentile of "
         "ONE_SHOT distances, ONE_SHOT 2400 steps, 2 REFINE steps"))
-def shakespeare(key, *, num_clients: int | None = None, data_dir=None,
-                subdir: str | None = None, train_fraction: float = 0.9,
-                gap: int = 79) -> FederatedData:
+def shakespeare(key, *, num_clients: Size | None = None, data_dir=None,
+                subdir: str | None = None, train_fraction: OpenFraction = 0.9,
+                gap: Count = 79) -> FederatedData:
     """Shakespeare from LEAF JSON: one client per speaker, next-character prediction over
     LEAF's 80 symbols; x int32 tokens [N, n_max, 80], y [N, n_max]. With LEAF's train/ and
     test/ folders their split is used; a folder without a split (``subdir="derived"``) is
@@ -668,7 +669,7 @@ def _split_base(rng, x, y, xt, yt, test_fraction=0.25):
     training={"lr": 0.1, "steps": 10},
     algorithms={"fedavg": {}, "local": {}},
     source="generic partition (no paper): MLP hidden 200, 10 full-batch steps, lr 0.1")
-def iid_partition(key, *, dataset: str = "digits", num_clients: int = 10, data_dir=None,
+def iid_partition(key, *, dataset: str = "digits", num_clients: Size = 10, data_dir=None,
                   source: str = "auto", download: bool = False) -> FederatedData:
     """IID shards of a standard dataset (digits, mnist, fashion_mnist, cifar10, emnist):
     train and test sets shuffled and cut into equal disjoint shards; cluster -1.
@@ -691,8 +692,8 @@ def iid_partition(key, *, dataset: str = "digits", num_clients: int = 10, data_d
     training={"lr": 0.1, "steps": 10},
     algorithms={"fedavg": {}, "local": {}, "ifca": {"num_clusters": 2, "option": "model"}},
     source="generic partition (no paper): MLP hidden 200, 10 full-batch steps, lr 0.1")
-def dirichlet_partition(key, *, dataset: str = "digits", num_clients: int = 10,
-                        alpha: float = 0.5, data_dir=None, source: str = "auto",
+def dirichlet_partition(key, *, dataset: str = "digits", num_clients: Size = 10,
+                        alpha: Positive = 0.5, data_dir=None, source: str = "auto",
                         download: bool = False) -> FederatedData:
     """Dirichlet label skew (concentration ``alpha``) of a standard dataset; each client's
     test split follows its train label mix (same proportions). Ragged, padded; cluster -1.

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from fedclust_jax.data.defaults import paper_defaults
 from fedclust_jax.data.federated import FederatedData
 from fedclust_jax.data.synthetic import regression_draws
+from fedclust_jax.bounds import BelowOne, NonNegative, Seed, Size
 
 
 def num_byzantine(num_clients: int, byz_frac: float) -> int:
@@ -54,9 +55,9 @@ def unit_bernoulli(key, k: int, d: int, norm: float = 1.0, tries: int = 8) -> ja
         "three-stage": {"num_clusters": 5},
     },
     source="BR-IFCA paper Fig. 1: k=5, m=200, d=50, 300 iterations, lr 0.01 (code)")
-def brifca_regression(key, *, num_clients: int = 200, num_clusters: int = 5,
-                      byz_frac: float = 0.05, dim: int = 50, samples_per_client: int = 100,
-                      test_samples_per_client: int = 100, noise_var: float = 0.2,
+def brifca_regression(key, *, num_clients: Size = 200, num_clusters: Size = 5,
+                      byz_frac: BelowOne = 0.05, dim: Size = 50, samples_per_client: Size = 100,
+                      test_samples_per_client: Size = 100, noise_var: NonNegative = 0.2,
                       byz_norm: float = 3.0) -> FederatedData:
     """BR-IFCA synthetic regression (m machines, k clusters, fraction alpha Byzantine).
 
@@ -122,8 +123,8 @@ def blobs(key, *, num_points: int = 90, num_clusters: int = 10, dim: int = 10,
 @paper_defaults(
     unsupported=("it is the threshold-clustering paper's point set (Fig. 4, one point per client); use "
         "fedclust_jax.core.threshold_clustering.threshold_clustering on it"))
-def threshold_blobs(key, *, num_points: int = 90, num_clusters: int = 10, dim: int = 10,
-                    std: float = 1.0, center_seed: int = 0) -> FederatedData:
+def threshold_blobs(key, *, num_points: Size = 90, num_clusters: Size = 10, dim: Size = 10,
+                    std: NonNegative = 1.0, center_seed: Seed = 0) -> FederatedData:
     """The blobs as federated data: client i holds one point x [N, 1, dim] (target 0);
     ``cluster`` = blob label, ``true_params`` = centers [K, dim].
 

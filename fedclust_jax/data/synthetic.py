@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from fedclust_jax.data.defaults import paper_defaults
 from fedclust_jax.data.federated import FederatedData
+from fedclust_jax.bounds import NonNegative, Positive, Size
 
 THETA_SCALINGS = ("norm", "multiply")
 
@@ -67,10 +68,10 @@ def regression_draws(key, theta_per_client, n: int, noise_std):
     },
     source=("IFCA paper Sec. 3.1 / Fig. 3(a): k=2, m=100, n=100, d=1000, 300 rounds, option I, "
         "gamma=0.1 from the sweep {0.01, 0.1, 1}, 10 random restarts"))
-def mixed_linear_regression(key, *, num_clients: int = 100, num_clusters: int = 2,
-                            samples_per_client: int = 100, test_samples_per_client: int = 100,
-                            dim: int = 1000, noise_std: float = 0.1, separation: float = 1.0,
-                            scaling: str = "norm") -> FederatedData:
+def mixed_linear_regression(key, *, num_clients: Size = 100, num_clusters: Size = 2,
+                            samples_per_client: Size = 100, test_samples_per_client: Size = 100,
+                            dim: Size = 1000, noise_std: NonNegative = 0.1,
+                            separation: Positive = 1.0, scaling: str = "norm") -> FederatedData:
     """IFCA synthetic data: y = <x, theta*_j> + eps, x ~ N(0, I_d), eps ~ N(0, sigma^2).
 
     theta*_j: Bernoulli(0.5)^d scaled by ``separation`` under ``scaling`` (see
@@ -127,11 +128,11 @@ def mixture_draws(key, centres, cluster, n: int, noise_std):
         "oracle": {},
     },
     source="this package's concept-shift mixture (no paper): MLP 20-64-10, option II")
-def gaussian_mixture_classification(key, *, num_clients: int = 100, num_clusters: int = 4,
-                                    samples_per_client: int = 100,
-                                    test_samples_per_client: int = 100, dim: int = 20,
-                                    num_classes: int = 10, class_separation: float = 3.0,
-                                    noise_std: float = 1.0) -> FederatedData:
+def gaussian_mixture_classification(key, *, num_clients: Size = 100, num_clusters: Size = 4,
+                                    samples_per_client: Size = 100,
+                                    test_samples_per_client: Size = 100, dim: Size = 20,
+                                    num_classes: Size = 10, class_separation: Positive = 3.0,
+                                    noise_std: NonNegative = 1.0) -> FederatedData:
     """Classification with concept shift: shared class centres mu_c ~ N(0, s^2 I_d / d) * sqrt(d)
     (norm about ``class_separation``); a point of class c is mu_c + N(0, noise_std^2 I), and
     in cluster j it is labelled (c + j) mod C. One model cannot fit two clusters; a model per

@@ -27,6 +27,7 @@ from flax import nnx
 
 from fedclust_jax.models.base import Model, from_nnx
 from fedclust_jax.models.layers import conv_kwargs, linear_kwargs, max_pool, resolve_conv
+from fedclust_jax.bounds import Size
 
 
 def _as_images(x, height, width, channels):
@@ -159,7 +160,7 @@ def femnist_cnn_for(data, conv: str = "auto") -> Model:
     return femnist_cnn(data.num_classes, size=size, channels=channels, conv=conv)
 
 
-def cifar_cnn_for(data, crop: int | None = 24, conv: str = "auto") -> Model:
+def cifar_cnn_for(data, crop: Size | None = 24, conv: str = "auto") -> Model:
     """IFCA's CIFAR-10 CNN sized for ``data``'s classes, image side and channels.
 
     crop: side of the centre crop fed to the network (None: no crop);

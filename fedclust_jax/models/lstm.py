@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from fedclust_jax.models.base import Model, from_nnx
+from fedclust_jax.bounds import Size
 
 
 def orthogonal_init(scale: float = 1.0):
@@ -74,7 +75,7 @@ def shakespeare_lstm(vocab: int = 80, *, embed: int = 8, hidden: int = 256,
                     task="classification", head=("out",))
 
 
-def shakespeare_lstm_for(data, embed: int = 8, hidden: int = 256, layers: int = 2) -> Model:
+def shakespeare_lstm_for(data, embed: Size = 8, hidden: Size = 256, layers: Size = 2) -> Model:
     """The Shakespeare next-character LSTM over ``data.num_classes`` symbols (80 for LEAF
     Shakespeare).
 

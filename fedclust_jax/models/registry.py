@@ -18,6 +18,7 @@ from fedclust_jax.models.linear import linear_regression
 from fedclust_jax.models.lstm import shakespeare_lstm_for
 from fedclust_jax.models.mlp import mlp
 from fedclust_jax.models.resnet9 import resnet9_for
+from fedclust_jax.bounds import Count, Positive, Size
 
 MODELS = Registry("model")
 DEFAULT_MODEL = {"regression": "linear", "classification": "mlp"}
@@ -48,7 +49,7 @@ def linear_for(data, init: str = "bernoulli", init_scale: float = 1.0):
     return linear_regression(math.prod(data.feature_shape), init=init, init_scale=init_scale)
 
 
-def mlp_for(data, hidden: Sequence[int] | int = (200,), init: str = "flax"):
+def mlp_for(data, hidden: Sequence[Size] | Size = (200,), init: str = "flax"):
     """Multi-layer perceptron with ReLU from the flattened inputs to the data's classes (1
     output for regression); 784-200-10 is IFCA's and SR-FCA's MNIST model.
 
@@ -69,8 +70,8 @@ def affine_flow_for(data, structure: str = "triangular", init_scale: float = 1.0
     return affine_flow(math.prod(data.feature_shape), structure=structure, init_scale=init_scale)
 
 
-def real_nvp_for(data, depth: int = 8, hidden: int | None = None, mask: str = "cyclic",
-                 alpha: float = 0.05, dequantize: float = 1.0 / 256, coupling: str = "conv",
+def real_nvp_for(data, depth: Count = 8, hidden: Size | None = None, mask: str = "cyclic",
+                 alpha: Positive = 0.05, dequantize: float = 1.0 / 256, coupling: str = "conv",
                  conv: str = "auto"):
     """RealNVP flow on the points' images (H, W), UIFCA's model for images.
 

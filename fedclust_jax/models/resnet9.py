@@ -65,6 +65,7 @@ from flax import nnx
 
 from fedclust_jax.models.base import Model
 from fedclust_jax.models.layers import max_pool, patches_conv, resolve_conv
+from fedclust_jax.bounds import Size
 
 State = Any
 VARIANTS = ("page", "srfca")
@@ -300,7 +301,7 @@ def resnet9(num_classes: int = 10, *, variant: str = "page", width: int = 64,
                              task="classification", head=("linear",))
 
 
-def resnet9_for(data, variant: str = "page", width: int = 64,
+def resnet9_for(data, variant: str = "page", width: Size = 64,
                 conv: str = "auto") -> StatefulModel:
     """ResNet9 with BatchNorm (the SR-FCA CIFAR-10 model) for ``data``'s classes and
     channels.

@@ -1,6 +1,7 @@
 """Traced hyperparameters: a vmapped grid equals the concrete runs, for every algorithm."""
 
 import os
+import types
 import typing
 
 import jax
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from fedclust_jax.algorithms import hparams
+from fedclust_jax.bounds import bounds_of
 from fedclust_jax.algorithms.registry import (ALGORITHMS, build_algorithm, make_config,
                                              param_fields)
 from fedclust_jax.core.robust import cluster_aggregate
@@ -74,8 +76,10 @@ def test_untraceable_field_is_refused(setting):
 # ---------------------------------------------------------------- every algorithm
 
 def _is_float(annotation) -> bool:
-    """float, or float | None."""
-    return annotation is float or float in typing.get_args(annotation)
+    """float, or float | None, with or without declared bounds."""
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (
+        typing.Union, types.UnionType) else (annotation,)
+    return float in [bounds_of(a)[0] for a in members]
 
 
 def test_traced_names_are_float_fields_of_every_config():
