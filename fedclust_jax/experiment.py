@@ -24,6 +24,7 @@ from fedclust_jax import checkpoint as ckpt
 from fedclust_jax import config_check, registry_check
 from fedclust_jax import loop, metrics
 from fedclust_jax.contract import check_algorithm
+from fedclust_jax.core.memory import OutOfMemoryAtStart, out_of_memory_line
 from fedclust_jax.core.sharding import active_mesh, replicated
 from fedclust_jax.loop import (curve_rounds, curves_from_records, eval_record, eval_spec,  # noqa: F401
                                scan_rounds, split_history)
@@ -117,7 +118,8 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
     An interrupt (Ctrl-C, SIGTERM turned into KeyboardInterrupt) raises
     ``progress.RunInterrupted`` with the rounds done and the checkpoint's round (at most the
     cadence behind). A save that fails raises ``checkpoint.SaveFailed`` (one line; the file
-    keeps its last good round).
+    keeps its last good round). The device out of memory before the first chunk of rounds
+    ended (init included) raises ``core.memory.OutOfMemoryAtStart``.
     Returns (final states with leading axis R, per-round metrics dict of [R, rounds] arrays).
     """
     label = label or alg.name
@@ -135,7 +137,7 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
         # client walks split over host devices: the state lives replicated on their mesh
         # from init on, so the chunk's input and output agree and it compiles once
         placed_init = placed = dict(out_shardings=replicated(split))
-    done, history, saved_round = 0, [], None
+    done, history, saved_round, ended = 0, [], None, False
     try:
         states = jax.jit(lambda k, d: loop.init_states(alg, k, d), **placed_init)(init_keys, data)
         found = ckpt.restore(checkpoint, states, config or {}) if checkpoint else None
@@ -160,6 +162,7 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
             stop = schedule.next_stop(start)
             states, hist = chunk(states, round_keys, data, jnp.arange(start, stop))
             jax.block_until_ready(states)     # the schedule times compute, not dispatch
+            ended = True
             done = stop
             history.append(hist)
             if checkpoint and schedule.save_due(stop):
@@ -173,6 +176,11 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
             saved_round = rounds
     except KeyboardInterrupt:
         raise RunInterrupted(label, done, rounds, checkpoint, saved_round) from None
+    except Exception as e:
+        oom = out_of_memory_line(e)
+        if oom is None or ended:
+            raise
+        raise OutOfMemoryAtStart(oom) from None
     return states, _merge(history)
 
 
@@ -263,6 +271,28 @@ def resolve_layout(alg, data, *, restarts: int = 1, devices: int | None = None,
     return alg, layout
 
 
+def _halved_layout(alg, layout: dict, data, oom: str, label: str, progress: bool):
+    """(algorithm, layout) with half the clients per chunk after the device ran out of
+    memory at the start of a run whose layout the package chose (``chunk="auto"``); a
+    layout the user asked for, or one client per chunk, stops in one line."""
+    from fedclust_jax.core import memory
+    from fedclust_jax.core.clients import AUTO
+    from fedclust_jax.algorithms.base import has_chunk
+    chunk = layout["chunk"] or data.num_clients
+    if layout["requested"] != AUTO or not has_chunk(alg.cfg) or chunk == 1:
+        asked = ("" if layout["requested"] == AUTO or not has_chunk(alg.cfg)
+                 else f" with --chunk {layout['requested']}")
+        raise ValueError(f"{label}: the run does not fit in the device's memory{asked} ({oom}); "
+                         f"{memory.ADVICE}")
+    half = max(1, chunk // 2)
+    if progress:
+        print(f"{label}: out of device memory ({oom}); {half} client(s) per chunk",
+              file=sys.stderr, flush=True)
+    layout = {**layout, "chunk": half,
+              "out_of_memory_at": layout.get("out_of_memory_at", []) + [chunk]}
+    return alg.with_chunk(half), layout
+
+
 def stored_data(cfg: ExperimentConfig, data):
     """``data`` stored in ``cfg.dtype`` (unchanged for float32)."""
     return data if cfg.dtype == "float32" else data.astype(cfg.dtype)
@@ -321,7 +351,10 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
     ``run_rounds``) and resumed from if present.
     devices: split the clients over this many devices (a ``clients`` mesh; None = one).
     memory_limit: bytes the run may use (default: the device's free memory); the run is
-    refused before compiling when the estimate exceeds it (``resolve_layout``).
+    refused before compiling when the estimate exceeds it (``resolve_layout``). With the
+    layout the package chose (``chunk="auto"``), a device out of memory before the first
+    chunk of rounds ended runs again with half the clients per chunk (the layout records
+    the chunks that did not fit, "out_of_memory_at").
     label: the name progress lines give (a study's label; default the algorithm's name).
     keep_state: also return "trained", the chosen restart's ``trained.Trained`` (cluster
     models, assignment, per-client metrics, ``predict``, ``save``); not JSON, so drop it
@@ -343,11 +376,17 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
         mesh = client_mesh(jax.devices()[:devices])
         data = shard_clients(data, mesh)
     t0 = time.perf_counter()
-    states, history = run_rounds(alg, data, loop.run_key(cfg.seed), rounds=cfg.rounds,
-                                 restarts=cfg.restarts, rounds_per_chunk=cfg.rounds_per_chunk,
-                                 progress=progress, checkpoint=checkpoint, config=cfg.to_dict(),
-                                 mesh=mesh, eval_every=cfg.eval_every, label=label,
-                                 checkpoint_every=checkpoint_every)
+    while True:
+        try:
+            states, history = run_rounds(
+                alg, data, loop.run_key(cfg.seed), rounds=cfg.rounds, restarts=cfg.restarts,
+                rounds_per_chunk=cfg.rounds_per_chunk, progress=progress, checkpoint=checkpoint,
+                config=cfg.to_dict(), mesh=mesh, eval_every=cfg.eval_every, label=label,
+                checkpoint_every=checkpoint_every)
+            break
+        except OutOfMemoryAtStart as e:   # the estimate is a model: "auto" halves its chunk
+            alg, layout = _halved_layout(alg, layout, data, str(e), label or cfg.algorithm,
+                                         progress)
     objective, evaluation = end_of_run(alg, states, data, cfg.restarts, to_host)
     chosen = int(np.nanargmin(objective)) if np.isfinite(objective).any() else 0
     result_metrics = summarize(alg, evaluation(chosen), host_data)

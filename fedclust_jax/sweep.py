@@ -58,6 +58,7 @@ from fedclust_jax import checkpoint as ckpt
 from fedclust_jax.algorithms import hparams
 from fedclust_jax.algorithms.registry import ALGORITHMS, accepted_params, effective_params
 from fedclust_jax.contract import check_algorithm
+from fedclust_jax.core.memory import OutOfMemoryAtStart, out_of_memory_line
 from fedclust_jax.experiment import (build_run_algorithm, check_fits_data, effective_data,
                                      load_study_data, resolve_layout, stored_data,
                                      study_configs, summarize)
@@ -362,7 +363,7 @@ def run_group(g: int, group: dict, datas: PointData, paths: list[str], *, memory
                        shared, store=store, cadence=cadence, on_call=on_call,
                        progress=progress, programs_count=programs_count)
             return
-        except FirstCallOutOfMemory as e:
+        except OutOfMemoryAtStart as e:
             if c == 1:
                 from fedclust_jax.core.memory import ADVICE
                 raise ValueError(f"sweep program {g + 1} ({group['label']}): one point does not "
@@ -373,19 +374,9 @@ def run_group(g: int, group: dict, datas: PointData, paths: list[str], *, memory
                       "call", file=sys.stderr, flush=True)
 
 
-class FirstCallOutOfMemory(Exception):
-    """The device ran out of memory in a group's first call, before any row of it ended."""
-
-
-def _out_of_memory(e: Exception) -> str | None:
-    """The first line of an XLA out-of-memory error, else None."""
-    text = str(e).strip()
-    return text.splitlines()[0][:200] if "RESOURCE_EXHAUSTED" in text else None
-
-
 def _run_calls(g, group, datas, paths, programs, c, calls, ended, data0, shared, *, store,
                cadence, on_call, progress, programs_count):
-    """Runs the group's calls of c points (``run_group``); raises ``FirstCallOutOfMemory``
+    """Runs the group's calls of c points (``run_group``); raises ``core.memory.OutOfMemoryAtStart``
     when the first call run here (none ended before it) does not fit in the device."""
     from fedclust_jax.sweep_calls import CallRun, run_call
     items, cfg0, alg = group["items"], group["cfg"], programs.alg
@@ -427,10 +418,10 @@ def _run_calls(g, group, datas, paths, programs, c, calls, ended, data0, shared,
                              "Compute with them (jnp.where, jax.lax.cond) or leave them out "
                              "of the config's TRACED") from None
         except Exception as e:
-            oom = _out_of_memory(e)
+            oom = out_of_memory_line(e)
             if oom is None or not first or status.saved:
                 raise
-            raise FirstCallOutOfMemory(oom) from None
+            raise OutOfMemoryAtStart(oom) from None
         first = False
         wall = time.perf_counter() - t0
         rows = []

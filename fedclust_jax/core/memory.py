@@ -34,6 +34,18 @@ ADVICE = ("pass a smaller --chunk (clients per chunk), fewer --restarts, --dtype
           "or a view recipe (one shared example pool)")
 
 
+class OutOfMemoryAtStart(Exception):
+    """The device ran out of memory before the first compiled call of a run (or of a
+    sweep's group) ended: nothing is lost by running again with a smaller layout. Its
+    text is the first line of the XLA error."""
+
+
+def out_of_memory_line(e: Exception) -> str | None:
+    """The first line of an XLA out-of-memory error, else None."""
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if "RESOURCE_EXHAUSTED" in text else None
+
+
 def tree_bytes(tree) -> int:
     return int(sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize
                    for a in jax.tree.leaves(tree) if hasattr(a, "shape")))
