@@ -8,6 +8,8 @@ Parts, in order, each a subprocess with what is left of ``--budget`` (capped per
 
   tests        the precision, IFCA, SR-FCA, robust and streaming tests on the device's
                backend with full float32 matmuls
+  memory       ``memory_estimate.py``: the memory pre-check's estimate against the compiled
+               plan of IFCA Table 1's call program at 1, 2 and 5 points (compiled, not run)
   roofline     ``roofline.py`` in float32 and bfloat16: FLOPs, bytes, seconds and fraction
                of the probed GEMM / copy peak of every hot program
   sweep, scale ``sweep_speed.py``, ``scale.py``
@@ -53,8 +55,9 @@ from fedclust_jax.reproduce import table_ids  # noqa: E402
 FIRST = ("ifca-table1", "ifca-figure3b", "ifca-figure3c", "ifca-figure3d", "ifca-table2",
          "ifca-table2code", "srfca-table4", "ifca-figure3a")
 TABLES = FIRST + tuple(t for t in table_ids() if t not in FIRST)
-PARTS = ("tests", "roofline", "roofline-bf16", "sweep", "scale", *TABLES)
-CAPS = {"tests": 100, "roofline": 90, "roofline-bf16": 60, "sweep": 120, "scale": 180}   # seconds; tables: the rest
+PARTS = ("tests", "memory", "roofline", "roofline-bf16", "sweep", "scale", *TABLES)
+CAPS = {"tests": 100, "memory": 60, "roofline": 90, "roofline-bf16": 60, "sweep": 120,
+        "scale": 180}   # seconds; tables: the rest
 TESTS = ["tests/core/test_precision.py", "tests/algorithms/test_ifca.py",
          "tests/algorithms/test_srfca.py", "tests/core/test_robust.py", "tests/core/test_streaming.py"]
 DRY_TESTS = ["tests/core/test_robust.py::test_validation"]
@@ -116,6 +119,10 @@ def part_command(part: str, a, out: Path, done: Done, budget: float):
         workers = [] if dry else ["-n", "4", "--dist", "worksteal"]   # the device's 16 cores compile
         return [py, "-m", "pytest", "-x", "-o", "addopts=-q", "-p", "no:cacheprovider", *workers, *ids], \
             dict(JAX_DEFAULT_MATMUL_PRECISION="highest")
+    if part == "memory":
+        size = ["--num-clients", "8", "--n", "20", "--points", "1", "2"] if dry else []
+        return [py, "benchmarks/memory_estimate.py", *size, "--data-dir", data, "--out",
+                str(out / "memory_estimate.md")], {}
     if part == "sweep":
         size = (["--lrs", "0.05", "0.1", "--seeds", "1", "--rounds", "2", "--clients", "8", "--n",
                  "10", "--dim", "5"] if dry else ["--lrs", *map(str, SWEEP_LRS), "--seeds", "4"])
