@@ -26,8 +26,8 @@ from fedclust_jax import register_algorithm
 from fedclust_jax import Size
 from flax import struct
 
-from fedclust_jax.algorithms.base import (Algorithm, ScoresClusters, check_chunk, check_clusters,
-                                          evaluate_clusters)
+from fedclust_jax.algorithms.base import Algorithm, ScoresClusters, check_chunk, evaluate_clusters
+from fedclust_jax.config_check import check_config
 from fedclust_jax.core.aggregate import cluster_mean
 from fedclust_jax.core.clients import map_client_data
 from fedclust_jax.core.losses import loss_matrix_ids
@@ -47,7 +47,7 @@ class FeSEMConfig:
     chunk: Size | str | None = "auto"
 
     def __post_init__(self):
-        check_clusters(self.num_clusters)
+        check_config(self)            # the annotations' ranges, for a config built in Python
         check_chunk(self.chunk)
 
 

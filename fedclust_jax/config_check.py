@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import collections.abc
 import dataclasses
+import functools
 import inspect
 import math
 import types
@@ -263,6 +264,30 @@ def convert(name: str, value, annotation, default=_MISSING, where: str = ""):
     if any(isinstance(value, k) for k in kinds if isinstance(k, type)):
         return value
     fail(f"has type {type(value).__name__}")
+
+
+@functools.cache
+def _field_hints(cls) -> dict:
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+def check_config(obj) -> None:
+    """Checks every scalar field (a Python number, string, boolean or None) of the dataclass
+    ``obj`` against its annotation as ``convert`` does (type, finiteness, 32-bit integers,
+    the declared ``Bounds``); raises ``ConfigError`` naming the class. A config's
+    ``__post_init__`` calls it, so a config built directly in Python meets the ranges the
+    command line and study files do. Arrays and traced values are skipped (a sweep's values
+    are checked before they are traced)."""
+    hints = _field_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if f.name not in hints or not (v is None or isinstance(v, (bool, int, float, str))):
+            continue
+        where = f"{type(obj).__name__}: "
+        kinds = _accepts(hints[f.name], f.default).kinds
+        if isinstance(v, float) and int in kinds and float not in kinds:
+            _fail(where, f.name, v, hints[f.name], f.default, "is not an integer")   # kept as is
+        convert(f.name, v, hints[f.name], f.default, where)
 
 
 def signature_fields(fn, skip=("key", "data")) -> tuple[dict, bool]:

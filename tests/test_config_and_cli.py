@@ -12,8 +12,8 @@ from fedclust_jax.experiment import ExperimentConfig, run_experiment, study_conf
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(lr=-0.1), "learning rate"),
-    (dict(steps=0), "local steps"),
+    (dict(lr=-0.1), "lr = -0.1 is out of range"),
+    (dict(steps=0), "steps = 0 is too small"),
     (dict(batch_size=0), "batch_size"),
     (dict(optimizer="lbfgs"), "optimizer"),
 ])
@@ -23,7 +23,7 @@ def test_local_training_rejects_bad_values(kwargs, message):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(num_clusters=0), "K"),
+    (dict(num_clusters=0), "num_clusters = 0 is too small"),
     (dict(participation=0.0), "participation"),
     (dict(participation=1.2), "participation"),
     (dict(option="III"), "option"),

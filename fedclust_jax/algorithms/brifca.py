@@ -41,17 +41,11 @@ from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.robust import MEDIANS, METHODS, check_rule, cluster_aggregate
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.core.keys import BRIFCA_KEYS, BRIFCA_INIT_KEYS
-from fedclust_jax.bounds import BelowOne, Count, Size, TrimFraction
+from fedclust_jax.bounds import BelowOne, Count, NonNegative, Positive, Size, TrimFraction
+from fedclust_jax.config_check import check_config
 
 STEPS = ("paper", "ifca")
 INITS = ("model", "unit_bernoulli", "near_truth")
-
-
-def check_fracs(trim_frac, byz_frac):
-    if not 0 <= trim_frac < 0.5:
-        raise ValueError(f"trim_frac (beta) must be in [0, 0.5), got {trim_frac}")
-    if not 0 <= byz_frac < 1:
-        raise ValueError(f"byz_frac must be in [0, 1), got {byz_frac}")
 
 
 def near_truth(params, truth, key, radius):
@@ -123,8 +117,8 @@ class BRIFCAConfig(ByzantineSetting):
     local: LocalTraining = LocalTraining(steps=1, lr=0.01)
     step: str = "paper"
     init: str = "model"
-    init_radius: float = 0.25
-    projection_radius: float | None = None
+    init_radius: NonNegative = 0.25
+    projection_radius: Positive | None = None
     krum_frac: BelowOne = 0.1
     clip_tau: float = 1.0
     clip_iters: Count = 1
@@ -136,21 +130,16 @@ class BRIFCAConfig(ByzantineSetting):
         ("trim_frac", "projection_radius", "krum_frac", "clip_tau") + ByzantineSetting.TRACED)
 
     def __post_init__(self):
-        check_clusters(self.num_clusters)
+        check_config(self)
         check_rule(self.aggregator)
-        check_fracs(self.trim_frac, self.byz_frac)
         if self.median not in MEDIANS:
             raise ValueError(f"median must be one of {MEDIANS}, got {self.median!r}")
         if self.step not in STEPS:
             raise ValueError(f"step must be one of {STEPS}, got {self.step!r}")
         if self.init not in INITS:
             raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
-        if not self.init_radius >= 0:
-            raise ValueError(f"init_radius must be >= 0, got {self.init_radius}")
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        if self.projection_radius is not None and not self.projection_radius > 0:
-            raise ValueError(f"projection_radius must be > 0 or None, got {self.projection_radius}")
         attack_from_config(self)
         check_chunk(self.chunk)
 

@@ -32,7 +32,8 @@ from fedclust_jax.core.pairwise import cosine_similarity
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked, take
 from fedclust_jax.core.train import LocalTraining, local_train
-from fedclust_jax.bounds import Count, Size
+from fedclust_jax.bounds import Count, NonNegative, Size
+from fedclust_jax.config_check import check_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,9 +43,9 @@ class CFLConfig:
     target_clusters: None (criterion) or K (split until K clusters, the SR-FCA code);
     k_max: size of the cluster axis; local: client training; chunk: clients per chunk."""
 
-    eps1: float = 0.4
-    eps2: float = 1.6
-    min_size: Count = 2
+    eps1: NonNegative = 0.4
+    eps2: NonNegative = 1.6
+    min_size: Size = 2
     warmup: Count = 20
     target_clusters: Size | None = None
     k_max: Size = 8
@@ -54,16 +55,8 @@ class CFLConfig:
     TRACED: typing.ClassVar[tuple[str, ...]] = ("eps1", "eps2")
 
     def __post_init__(self):
-        if not (self.eps1 >= 0 and self.eps2 >= 0):
-            raise ValueError(f"eps1 and eps2 must be >= 0, got {self.eps1}, {self.eps2}")
-        if not isinstance(self.min_size, int) or self.min_size < 1:
-            raise ValueError(f"min_size must be an integer >= 1, got {self.min_size!r}")
-        if not isinstance(self.warmup, int) or self.warmup < 0:
-            raise ValueError(f"warmup must be an integer >= 0, got {self.warmup!r}")
-        if not isinstance(self.k_max, int) or self.k_max < 1:
-            raise ValueError(f"k_max must be an integer >= 1, got {self.k_max!r}")
-        if self.target_clusters is not None and not (
-                isinstance(self.target_clusters, int) and 1 <= self.target_clusters <= self.k_max):
+        check_config(self)
+        if self.target_clusters is not None and self.target_clusters > self.k_max:
             raise ValueError(f"target_clusters must be an integer in [1, k_max={self.k_max}], "
                              f"got {self.target_clusters!r}")
         check_chunk(self.chunk)

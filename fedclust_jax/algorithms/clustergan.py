@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-import math
 
 import jax
 import jax.numpy as jnp
@@ -69,7 +68,8 @@ from fedclust_jax.core.clients import map_clients
 from fedclust_jax.core.optim import OPTIMIZERS, make_optimizer
 from fedclust_jax.data.federated import example_mask
 from fedclust_jax.models.clustergan import ClusterGANNets, clustergan_nets
-from fedclust_jax.bounds import Count, NonNegative, Positive, Size
+from fedclust_jax.bounds import NonNegative, Positive, Size
+from fedclust_jax.config_check import check_config
 
 NOISE_LOSSES = ("sum", "mean")
 GP_MIXES = ("per_sample", "per_batch")
@@ -91,23 +91,23 @@ class ClusterGANConfig:
     the runner builds the networks (``models.clustergan.clustergan_nets``)."""
 
     num_clusters: Size = 4
-    noise_dim: Count = 30
-    noise_std: NonNegative = 0.1
-    beta_n: float = 10.0
-    beta_c: float = 10.0
-    gp_weight: float = 10.0
-    critic_steps: Count = 5
-    comm_rounds: Count = 800
-    local_steps: Count = 100
+    noise_dim: Size = 30
+    noise_std: Positive = 0.1
+    beta_n: NonNegative = 10.0
+    beta_c: NonNegative = 10.0
+    gp_weight: NonNegative = 10.0
+    critic_steps: Size = 5
+    comm_rounds: Size = 800
+    local_steps: Size = 100
     batch_size: Size = 64
     lr: Positive = 5e-3
     optimizer: str = "sgd"
     noise_loss: str = "sum"
     gp_mix: str = "per_sample"
     chunk: Size | str | None = "auto"
-    eval_batch: Count = 1024
+    eval_batch: Size = 1024
     width: Size = 64
-    fc_width: Count = 1024
+    fc_width: Size = 1024
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("noise_std", "beta_n", "beta_c", "gp_weight", "lr")
 
@@ -115,19 +115,7 @@ class ClusterGANConfig:
         k = self.num_clusters
         if not isinstance(k, (int, np.integer)) or k < 2:
             raise ValueError(f"ClusterGAN needs K >= 2 clusters (an integer), got {k!r}")
-        for name in ("noise_dim", "critic_steps", "comm_rounds", "local_steps", "batch_size",
-                     "eval_batch", "width", "fc_width"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        for name in ("lr", "noise_std"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a positive number, got {v!r}")
-        for name in ("beta_n", "beta_c", "gp_weight"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"{name} must be a number >= 0, got {v!r}")
+        check_config(self)
         for name, allowed in (("optimizer", OPTIMIZERS), ("noise_loss", NOISE_LOSSES),
                               ("gp_mix", GP_MIXES)):
             if getattr(self, name) not in allowed:

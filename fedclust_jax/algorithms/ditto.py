@@ -33,7 +33,8 @@ from fedclust_jax.core.losses import own_loss_ids
 from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.train import LocalTraining, local_train, proximal_term
 from fedclust_jax.core.keys import DITTO_CLIENT_KEYS
-from fedclust_jax.bounds import Positive, Size
+from fedclust_jax.bounds import NonNegative, Positive, Size
+from fedclust_jax.config_check import check_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +45,7 @@ class DittoConfig:
     ("auto": chosen per backend, None: all at once)."""
 
     local: LocalTraining = LocalTraining()
-    lam: float = 1.0
+    lam: NonNegative = 1.0
     personal_steps: Size | None = None
     personal_lr: Positive | None = None
     chunk: Size | str | None = "auto"
@@ -52,12 +53,7 @@ class DittoConfig:
     TRACED: typing.ClassVar[tuple[str, ...]] = ("lam", "personal_lr")
 
     def __post_init__(self):
-        if self.lam < 0:
-            raise ValueError(f"Ditto lambda must be >= 0, got {self.lam}")
-        if self.personal_steps is not None and self.personal_steps < 1:
-            raise ValueError(f"personal_steps must be >= 1, got {self.personal_steps}")
-        if self.personal_lr is not None and not self.personal_lr > 0:
-            raise ValueError(f"personal_lr must be > 0, got {self.personal_lr}")
+        check_config(self)
         check_chunk(self.chunk)
 
 

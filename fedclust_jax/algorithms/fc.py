@@ -35,6 +35,7 @@ from fedclust_jax.core.threshold_clustering import threshold_clustering
 from fedclust_jax.core.train import LocalTraining, client_gradient
 from fedclust_jax.core.keys import FC_KEYS
 from fedclust_jax.bounds import Count, Fraction, Size
+from fedclust_jax.config_check import check_config
 
 
 def fc_direction(grads, own, *, iters, radius=None, quantile=None, mask=None, method="gram"):
@@ -86,9 +87,8 @@ class FCConfig(ByzantineSetting):
     TRACED: typing.ClassVar[tuple[str, ...]] = ("radius", "radius_quantile") + ByzantineSetting.TRACED
 
     def __post_init__(self):
+        check_config(self)
         check_tc_config(self)
-        if not isinstance(self.num_groups, int) or self.num_groups < 1:
-            raise ValueError(f"num_groups must be an integer >= 1, got {self.num_groups!r}")
 
 
 class FederatedClustering(PersonalModels):

@@ -22,11 +22,11 @@ import jax.numpy as jnp
 from flax import struct
 
 from fedclust_jax.algorithms.base import (Algorithm, SamplesParticipants, check_chunk, check_weighting, client_weights, evaluate_clusters)
-from fedclust_jax.config_check import check_model_state
+from fedclust_jax.config_check import check_config, check_model_state
 from fedclust_jax.core.aggregate import global_mean, mean_from_sums
 from fedclust_jax.core.clients import chain_clients
 from fedclust_jax.core.losses import loss_matrix_ids
-from fedclust_jax.core.participation import check_participation, participants
+from fedclust_jax.core.participation import participants
 from fedclust_jax.core.train import (LocalTraining, cluster_pass, join_state, local_train,
                                      split_state)
 from fedclust_jax.models.resnet9 import is_stateful, running_view
@@ -54,7 +54,7 @@ class FedAvgConfig:
     TRACED: typing.ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
-        check_participation(self.participation)
+        check_config(self)
         check_weighting(self.weighting)
         check_chunk(self.chunk)
 

@@ -27,6 +27,7 @@ from fedclust_jax.core.train import LocalTraining, local_train
 from fedclust_jax.data.federated import example_mask
 from fedclust_jax.core.keys import FEDSOFT_KEYS
 from fedclust_jax.bounds import Probability, Size
+from fedclust_jax.config_check import check_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,13 +44,10 @@ class FedSoftConfig:
     TRACED: typing.ClassVar[tuple[str, ...]] = ("sigma",)
 
     def __post_init__(self):
-        check_clusters(self.num_clusters)
-        if not 0 <= self.sigma <= 1.0 / self.num_clusters:
+        check_config(self)
+        if not self.sigma <= 1.0 / self.num_clusters:
             raise ValueError(f"sigma must be in [0, 1/K = {1.0 / self.num_clusters:.3g}], "
                              f"got {self.sigma}")
-        if not isinstance(self.clients_per_cluster, int) or self.clients_per_cluster < 1:
-            raise ValueError(f"clients_per_cluster must be an integer >= 1, got "
-                             f"{self.clients_per_cluster!r}")
         check_chunk(self.chunk)
 
 

@@ -60,12 +60,11 @@ import jax
 import jax.numpy as jnp
 
 from fedclust_jax.algorithms.base import (Algorithm, ClusterState, SamplesParticipants, ScoresClusters, check_chunk, check_clusters, check_weighting, client_weights, evaluate_clusters, score_clusters)
-from fedclust_jax.config_check import check_model_state
+from fedclust_jax.config_check import check_config, check_model_state
 from fedclust_jax.core.aggregate import cluster_mean, mean_from_sums, share_body
 from fedclust_jax.core.clients import chain_clients, map_clients
 from fedclust_jax.core.losses import loss_matrix, loss_matrix_ids, train_test_loss_matrices
-from fedclust_jax.core.participation import (check_participation, client_keys,
-                                              pack_slots, participants,
+from fedclust_jax.core.participation import (client_keys, pack_slots, participants,
                                               per_cluster_participants)
 from fedclust_jax.core.pytree import head_mask, take
 from fedclust_jax.core.train import (LocalTraining, cluster_pass, join_state, local_train,
@@ -112,41 +111,30 @@ class IFCAConfig:
     sequential: bool = False
     clients_per_cluster: Size | None = None
     pretrain_rounds: Count = 0
-    pretrain_participation: float = 1.0
+    pretrain_participation: Fraction = 1.0
     warm_rounds: Count = 0
-    warm_clients_per_cluster: Count | None = None
+    warm_clients_per_cluster: Size | None = None
     freeze_body: bool = False
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
-        check_clusters(self.num_clusters)
+        check_config(self)
         if self.option not in OPTIONS:
             raise ValueError(f"IFCA option must be one of {OPTIONS}, got {self.option!r}")
         if self.assignment not in ASSIGNMENTS:
             raise ValueError(f"assignment must be one of {ASSIGNMENTS}, got {self.assignment!r}")
-        check_participation(self.participation)
         check_weighting(self.weighting)
         check_chunk(self.chunk)
         if self.clients_per_cluster is not None and (
-                not isinstance(self.clients_per_cluster, int) or self.clients_per_cluster < 1
-                or self.participation != 1.0 or self.weight_sharing):
-            raise ValueError("clients_per_cluster must be an integer >= 1, with participation "
+                self.participation != 1.0 or self.weight_sharing):
+            raise ValueError("clients_per_cluster needs participation "
                              f"left at 1.0 and no weight sharing; got {self.clients_per_cluster!r}, "
                              f"participation {self.participation}, weight_sharing "
                              f"{self.weight_sharing}")
         if self.sequential and (self.option != "model" or self.weight_sharing):
             raise ValueError("sequential client training is defined for option=\"model\" "
                              "without weight sharing; set sequential=False")
-        for name in ("pretrain_rounds", "warm_rounds"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
-        check_participation(self.pretrain_participation, "pretrain_participation")
-        if self.warm_clients_per_cluster is not None and (
-                not isinstance(self.warm_clients_per_cluster, int) or self.warm_clients_per_cluster < 1):
-            raise ValueError("warm_clients_per_cluster must be an integer >= 1 or None, got "
-                             f"{self.warm_clients_per_cluster!r}")
         if self.warm_rounds and (self.assignment != "loss" or self.weight_sharing):
             raise ValueError("warm_rounds (the random-group warm start) is defined for "
                              "assignment=\"loss\" without weight sharing; set warm_rounds=0")

@@ -17,10 +17,11 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedclust_jax.algorithms.base import (Algorithm, check_chunk, check_clusters)
+from fedclust_jax.algorithms.base import Algorithm, check_chunk
 from fedclust_jax.core.kmeans import KFedResult, best_kmeans, kfed
 from fedclust_jax.core.pairwise import sq_distances
-from fedclust_jax.bounds import Count, Size
+from fedclust_jax.bounds import Size
+from fedclust_jax.config_check import check_config
 
 __all__ = ["KFed", "KFedConfig", "KFedResult", "KFedState", "best_kmeans", "kfed"]
 
@@ -32,21 +33,15 @@ class KFedConfig:
     server), the lowest inertia kept; chunk: clients per vectorized chunk (None = all)."""
 
     num_clusters: Size = 4
-    local_k: Count | None = None
-    iters: Count = 50
+    local_k: Size | None = None
+    iters: Size = 50
     restarts: Size = 10
     chunk: Size | str | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
-        check_clusters(self.num_clusters)
-        if self.local_k is not None:
-            check_clusters(self.local_k)
-        for name in ("iters", "restarts"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        check_config(self)
         check_chunk(self.chunk)
 
 

@@ -24,7 +24,7 @@ from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig
 from fedclust_jax.core.clients import map_clients
 from fedclust_jax.core.pairwise import sq_distances
 from fedclust_jax.data.federated import example_mask
-from fedclust_jax.bounds import Size
+from fedclust_jax.bounds import Probability, Size
 
 FEATURES = ("input", "output")
 
@@ -37,7 +37,7 @@ class KNNPerConfig(FedAvgConfig):
     neighbors: k of the kNN predictor; features: what the kNN compares, "input" or "output" (``FEATURES``);
     static: participation (the number of participants, a shape)."""
 
-    lam: float = 0.5
+    lam: Probability = 0.5
     neighbors: Size = 10
     features: str = "input"
 
@@ -45,10 +45,6 @@ class KNNPerConfig(FedAvgConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if not 0 <= self.lam <= 1:
-            raise ValueError(f"kNN-Per lam must be in [0, 1], got {self.lam}")
-        if self.neighbors < 1:
-            raise ValueError(f"neighbors must be >= 1, got {self.neighbors}")
         if self.features not in FEATURES:
             raise ValueError(f"features must be one of {FEATURES}, got {self.features!r}")
 

@@ -20,13 +20,13 @@ from flax import struct
 
 from fedclust_jax.algorithms.base import (Algorithm, check_chunk, check_weighting)
 from fedclust_jax.algorithms.ifca import IFCA, IFCAConfig, frozen_body
-from fedclust_jax.config_check import check_model_state
+from fedclust_jax.config_check import check_config, check_model_state
 from fedclust_jax.core.clients import map_client_data
 from fedclust_jax.core.losses import client_loss_accuracy, own_loss_ids
-from fedclust_jax.core.participation import check_participation, client_keys
+from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.train import LocalTraining, join_state, local_train, split_state
 from fedclust_jax.models.resnet9 import is_stateful, running_view
-from fedclust_jax.bounds import Count, Size
+from fedclust_jax.bounds import Count, Fraction, Size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,17 +39,15 @@ class LocalConfig:
     local: LocalTraining = LocalTraining()
     chunk: Size | str | None = "auto"
     pretrain_rounds: Count = 0
-    pretrain_participation: float = 1.0
+    pretrain_participation: Fraction = 1.0
     weighting: str = "equal"
     freeze_body: bool = False
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
+        check_config(self)
         check_chunk(self.chunk)
-        if not isinstance(self.pretrain_rounds, int) or self.pretrain_rounds < 0:
-            raise ValueError(f"pretrain_rounds must be an integer >= 0, got {self.pretrain_rounds!r}")
-        check_participation(self.pretrain_participation, "pretrain_participation")
         check_weighting(self.weighting)
 
     def model_state_refusal(self):

@@ -24,7 +24,8 @@ from fedclust_jax.core.kmeans import kmeans
 from fedclust_jax.core.oneshot import ONE_SHOT_INITS
 from fedclust_jax.core.pytree import flatten_stacked, unflatten_stacked
 from fedclust_jax.core.train import LocalTraining
-from fedclust_jax.bounds import Count, Size
+from fedclust_jax.bounds import Size
+from fedclust_jax.config_check import check_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +35,7 @@ class LocalKMeansConfig:
     init per client); local: the clients' training per round; chunk: clients per chunk."""
 
     num_clusters: Size = 2
-    kmeans_iters: Count = 50
+    kmeans_iters: Size = 50
     n_init: Size = 4
     init: str = "common"
     local: LocalTraining = LocalTraining()
@@ -43,11 +44,7 @@ class LocalKMeansConfig:
     TRACED: typing.ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
-        check_clusters(self.num_clusters)
-        for name in ("kmeans_iters", "n_init"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        check_config(self)
         if self.init not in ONE_SHOT_INITS:
             raise ValueError(f"init must be one of {ONE_SHOT_INITS}, got {self.init!r}")
         check_chunk(self.chunk)

@@ -18,7 +18,7 @@ import typing
 import jax
 import jax.numpy as jnp
 
-from fedclust_jax.algorithms.base import (ScoresClusters, check_clusters)
+from fedclust_jax.algorithms.base import ScoresClusters
 from fedclust_jax.algorithms.personal import (PersonalModels, PersonalState, check_tc_config,
                                               init_personal, own_gradients, personal_state,
                                               step_params)
@@ -29,7 +29,8 @@ from fedclust_jax.core.pytree import flatten_stacked
 from fedclust_jax.core.threshold_clustering import threshold_clustering
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.core.keys import MC_KEYS
-from fedclust_jax.bounds import Count, Fraction, Positive, Size
+from fedclust_jax.bounds import Count, Fraction, Size
+from fedclust_jax.config_check import check_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +51,7 @@ class MCConfig(ByzantineSetting):
     Static: byz_frac (which clients are Byzantine, a count)."""
 
     num_clusters: Size = 2
-    alpha: Positive = 0.1
+    alpha: Fraction = 0.1
     local: LocalTraining = LocalTraining(steps=1, lr=0.1)
     tc_iters: Count = 10
     radius: float | None = None
@@ -62,9 +63,7 @@ class MCConfig(ByzantineSetting):
     TRACED: typing.ClassVar[tuple[str, ...]] = ("alpha", "radius", "radius_quantile") + ByzantineSetting.TRACED
 
     def __post_init__(self):
-        check_clusters(self.num_clusters)
-        if not 0 < self.alpha <= 1:
-            raise ValueError(f"momentum alpha must be in (0, 1], got {self.alpha}")
+        check_config(self)
         check_tc_config(self)
 
 

@@ -11,7 +11,7 @@ import typing
 import jax
 import jax.numpy as jnp
 
-from fedclust_jax.algorithms.base import (ScoresClusters, check_clusters)
+from fedclust_jax.algorithms.base import ScoresClusters
 from fedclust_jax.algorithms.personal import (PersonalModels, PersonalState,
                                               check_byzantine_config, init_personal,
                                               own_gradients, personal_state, step_params)
@@ -20,6 +20,7 @@ from fedclust_jax.core.kmeans import kmeans
 from fedclust_jax.core.train import LocalTraining
 from fedclust_jax.core.keys import MYOPIC_KEYS
 from fedclust_jax.bounds import Count, Size
+from fedclust_jax.config_check import check_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +44,7 @@ class MyopicConfig(ByzantineSetting):
     TRACED: typing.ClassVar[tuple[str, ...]] = ByzantineSetting.TRACED
 
     def __post_init__(self):
-        check_clusters(self.num_clusters)
+        check_config(self)
         check_byzantine_config(self)
 
 

@@ -25,9 +25,10 @@ from fedclust_jax.algorithms.base import (Algorithm, SamplesParticipants, check_
 from fedclust_jax.core.aggregate import cluster_mean, mean_from_sums
 from fedclust_jax.core.losses import loss_matrix_ids, train_test_loss_matrices
 from fedclust_jax.core.oneshot import check_graph_options, one_shot, replace_steps
-from fedclust_jax.core.participation import check_participation, participants
+from fedclust_jax.core.participation import participants
 from fedclust_jax.core.train import LocalTraining, cluster_pass
-from fedclust_jax.bounds import Fraction, Probability, Size
+from fedclust_jax.bounds import Fraction, NonNegative, Probability, Size
+from fedclust_jax.config_check import check_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +41,7 @@ class OneShotIFCAConfig:
     clients' training (ONE_SHOT uses it with one_shot_steps steps); chunk: clients per chunk;
     static: lam_quantile (an index into the sorted distances), participation (a shape)."""
 
-    lam: float | None = 1.0
+    lam: NonNegative | None = 1.0
     lam_quantile: Probability | None = None
     t: Size = 2
     metric: str = "cross_loss"
@@ -54,13 +55,9 @@ class OneShotIFCAConfig:
     TRACED: typing.ClassVar[tuple[str, ...]] = ("lam",)
 
     def __post_init__(self):
+        check_config(self)
         check_graph_options(lam=self.lam, lam_quantile=self.lam_quantile, t=self.t,
                             metric=self.metric, graph=self.graph)
-        if not isinstance(self.one_shot_steps, int) or self.one_shot_steps < 1:
-            raise ValueError(f"one_shot_steps must be an integer >= 1, got {self.one_shot_steps!r}")
-        if self.k_max is not None and (not isinstance(self.k_max, int) or self.k_max < 1):
-            raise ValueError(f"k_max must be an integer >= 1 or None, got {self.k_max!r}")
-        check_participation(self.participation)
         check_chunk(self.chunk)
 
 

@@ -39,6 +39,7 @@ from fedclust_jax.core.participation import client_keys
 from fedclust_jax.core.pytree import flatten_stacked
 from fedclust_jax.core.train import LocalTraining, local_train
 from fedclust_jax.bounds import Count, Fraction, Positive, Size
+from fedclust_jax.config_check import check_config
 
 
 FEATURES = ("model", "logreg")
@@ -65,23 +66,20 @@ class OneShotConfig:
     num_clusters: Size = 2
     erm_steps: Size = 100
     erm_lr: Positive = 0.1
-    kmeans_iters: Count = 50
+    kmeans_iters: Size = 50
     local: LocalTraining = LocalTraining()
     participation: Fraction = 1.0
     weighting: str = "equal"
     chunk: Size | str | None = "auto"
     features: str = "model"
     pretrain_rounds: Count = 0
-    pretrain_participation: float = 1.0
+    pretrain_participation: Fraction = 1.0
     freeze_body: bool = False
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("erm_lr",)
 
     def __post_init__(self):
-        check_clusters(self.num_clusters)
-        LocalTraining(steps=self.erm_steps, lr=self.erm_lr)
-        if self.kmeans_iters < 1:
-            raise ValueError(f"kmeans_iters must be >= 1, got {self.kmeans_iters}")
+        check_config(self)
         check_weighting(self.weighting)
         check_chunk(self.chunk)
         if self.features not in FEATURES:

@@ -66,10 +66,10 @@ from fedclust_jax.core.pairwise import (client_cluster_cross_loss, cluster_cross
 from fedclust_jax.core.participation import client_keys, pack_slots, per_cluster_participants
 from fedclust_jax.core.pytree import flatten_stacked, take
 from fedclust_jax.core.robust import cluster_trimmed_mean
-from fedclust_jax.core.traced import concrete
 from fedclust_jax.core.train import LocalTraining, local_train
 from fedclust_jax.core.keys import SRFCA_KEYS
-from fedclust_jax.bounds import Probability, Size, TrimFraction
+from fedclust_jax.bounds import NonNegative, Probability, Size, TrimFraction
+from fedclust_jax.config_check import check_config
 
 REFINE_INITS = ("continue", "common", "fresh")
 VARIANTS = {
@@ -106,7 +106,7 @@ class SRFCAConfig:
     static: lam_quantile (an index into the sorted distances, from float64 rounding)."""
 
     variant: str = "paper"
-    lam: float | None = 1.0
+    lam: NonNegative | None = 1.0
     lam_quantile: Probability | None = None
     t: Size = 2
     beta: TrimFraction = 0.15
@@ -132,6 +132,7 @@ class SRFCAConfig:
         return dataclasses.replace(self, **fill) if fill else self
 
     def __post_init__(self):
+        check_config(self)
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {tuple(VARIANTS)}, got {self.variant!r}")
         for name in ("sequential", "drop_small"):
@@ -140,25 +141,10 @@ class SRFCAConfig:
                                  f"got {getattr(self, name)!r}")
         check_graph_options(lam=self.lam, lam_quantile=self.lam_quantile, t=self.t,
                             metric=self.metric, graph=self.graph or "components")
-        if concrete(self.beta) and not 0 <= self.beta < 0.5:
-            raise ValueError(f"trimming fraction beta must be in [0, 0.5), got {self.beta}")
-        for name in ("one_shot_steps", "rounds_per_refine"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        if self.clients_per_cluster is not None and (
-                not isinstance(self.clients_per_cluster, int) or self.clients_per_cluster < 1):
-            raise ValueError(f"clients_per_cluster must be >= 1 or None (all), got "
-                             f"{self.clients_per_cluster!r}")
-        if self.max_participants is not None and (
-                not isinstance(self.max_participants, int) or self.max_participants < 1):
-            raise ValueError(f"max_participants must be >= 1 or None, got {self.max_participants!r}")
         if self.refine_init is not None and self.refine_init not in REFINE_INITS:
             raise ValueError(f"refine_init must be one of {REFINE_INITS}, got {self.refine_init!r}")
         if self.one_shot_init is not None and self.one_shot_init not in ONE_SHOT_INITS:
             raise ValueError(f"one_shot_init must be one of {ONE_SHOT_INITS}, got {self.one_shot_init!r}")
-        if self.k_max is not None and (not isinstance(self.k_max, int) or self.k_max < 1):
-            raise ValueError(f"k_max must be an integer >= 1 or None, got {self.k_max!r}")
         check_chunk(self.chunk)
 
 

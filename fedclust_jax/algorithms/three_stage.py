@@ -45,7 +45,8 @@ from fedclust_jax.core.robust import cluster_trimmed_mean
 from fedclust_jax.core.traced import concrete
 from fedclust_jax.core.train import LocalTraining, local_train
 from fedclust_jax.core.keys import THREE_STAGE_KEYS
-from fedclust_jax.bounds import Count, Positive, Size, TrimFraction
+from fedclust_jax.bounds import Positive, Size, TrimFraction
+from fedclust_jax.config_check import check_config
 
 
 SEEDINGS = ("kmeans++", "random")
@@ -116,7 +117,7 @@ class ThreeStageConfig(ByzantineSetting):
     num_clusters: Size = 2
     erm_steps: Size = 100
     erm_lr: Positive = 0.1
-    kmeans_iters: Count = 100
+    kmeans_iters: Size = 100
     kmeans_seeding: str = "kmeans++"
     kmeans_restarts: Size = 1
     trim_frac: TrimFraction = 0.05
@@ -126,18 +127,9 @@ class ThreeStageConfig(ByzantineSetting):
     TRACED: typing.ClassVar[tuple[str, ...]] = ("erm_lr", "trim_frac") + ByzantineSetting.TRACED
 
     def __post_init__(self):
-        check_clusters(self.num_clusters)
-        if not 0 <= self.trim_frac < 0.5:
-            raise ValueError(f"trim_frac (beta) must be in [0, 0.5), got {self.trim_frac}")
-        if not 0 <= self.byz_frac < 1:
-            raise ValueError(f"byz_frac must be in [0, 1), got {self.byz_frac}")
-        LocalTraining(steps=self.erm_steps, lr=self.erm_lr)
-        if self.kmeans_iters < 1:
-            raise ValueError(f"kmeans_iters must be >= 1, got {self.kmeans_iters}")
+        check_config(self)
         if self.kmeans_seeding not in SEEDINGS:
             raise ValueError(f"kmeans_seeding must be one of {SEEDINGS}, got {self.kmeans_seeding!r}")
-        if self.kmeans_restarts < 1:
-            raise ValueError(f"kmeans_restarts must be >= 1, got {self.kmeans_restarts}")
         attack_from_config(self)
         check_chunk(self.chunk)
 

@@ -53,13 +53,14 @@ import numpy as np
 import optax
 from flax import struct
 
-from fedclust_jax.algorithms.base import (Algorithm, ScoresClusters, check_chunk, check_clusters)
+from fedclust_jax.algorithms.base import Algorithm, ScoresClusters, check_chunk
 from fedclust_jax.core.kmeans import kfed
 from fedclust_jax.core.clients import map_clients
 from fedclust_jax.core.optim import OPTIMIZERS, make_optimizer
 from fedclust_jax.data.federated import example_mask
 from fedclust_jax.models.flows import FlowModel, noisy_copies
-from fedclust_jax.bounds import Count, Positive, Size
+from fedclust_jax.bounds import NonNegative, Positive, Size
+from fedclust_jax.config_check import check_config
 
 MODEL_INITS = ("warm", "reinit")
 ASSIGN_WITH = ("new", "previous")
@@ -84,13 +85,13 @@ class UIFCAConfig:
     logit of ``real_nvp``)."""
 
     num_clusters: Size = 4
-    cluster_rounds: Count = 20
-    comm_rounds: Count = 100
-    local_steps: Count = 100
+    cluster_rounds: Size = 20
+    comm_rounds: Size = 100
+    local_steps: Size = 100
     batch_size: Size = 32
     lr: Positive = 1e-3
     optimizer: str = "sgd"
-    init_noise: float = 0.01
+    init_noise: NonNegative = 0.01
     init_assign: str = "models"
     model_init: str = "warm"
     assign_with: str = "new"
@@ -100,15 +101,7 @@ class UIFCAConfig:
     TRACED: typing.ClassVar[tuple[str, ...]] = ("lr", "init_noise")
 
     def __post_init__(self):
-        check_clusters(self.num_clusters)
-        for name in ("cluster_rounds", "comm_rounds", "local_steps", "batch_size"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
-        if self.init_noise < 0:
-            raise ValueError(f"init_noise must be >= 0, got {self.init_noise}")
+        check_config(self)
         for name, allowed in (("optimizer", OPTIMIZERS), ("init_assign", INIT_ASSIGNS),
                               ("model_init", MODEL_INITS), ("assign_with", ASSIGN_WITH)):
             if getattr(self, name) not in allowed:

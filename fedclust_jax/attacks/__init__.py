@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from fedclust_jax.attacks import gradient
 from fedclust_jax.attacks.byzantine import byzantine_mask, num_byzantine
 from fedclust_jax.core.traced import concrete
-from fedclust_jax.bounds import BelowOne
+from fedclust_jax.bounds import BelowOne, NonNegative
 
 ATTACKS = ("none", "outlier", "sign_flip", "scaling", "gaussian", "label_flip", "alie", "ipm")
 PLACEMENTS = ("loss", "spread", "smallest")
@@ -119,7 +119,7 @@ class ByzantineSetting:
     byz_frac: BelowOne = 0.0
     attack: str = "none"
     attack_scale: float = 3.0
-    attack_std: float = 1.0
+    attack_std: NonNegative = 1.0
     attack_eps: float = 0.1
     attack_z: float | None = None
     placement: str = "loss"

@@ -31,12 +31,11 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from fedclust_jax.config_check import model_state_error
+from fedclust_jax.config_check import check_config, model_state_error
 from fedclust_jax.core.clients import stream_clients
 from fedclust_jax.core.losses import models_loss_accuracy
 from fedclust_jax.data.federated import example_mask
 from fedclust_jax.core.optim import check_optimizer, make_optimizer
-from fedclust_jax.core.traced import concrete
 from fedclust_jax.models.resnet9 import is_stateful, running_view
 from fedclust_jax.bounds import BelowOne, Fraction, NonNegative, Positive, Size
 
@@ -66,19 +65,10 @@ class LocalTraining:
     TRACED: typing.ClassVar[tuple[str, ...]] = ("lr", "lr_decay", "momentum", "weight_decay")
 
     def __post_init__(self):
-        if not isinstance(self.steps, int) or self.steps < 1:
-            raise ValueError(f"local steps must be an integer >= 1, got {self.steps!r}")
-        if concrete(self.lr) and not self.lr > 0:
-            raise ValueError(f"learning rate must be > 0, got {self.lr!r}")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1 or None (full batch), got {self.batch_size}")
+        if not isinstance(self.steps, int):
+            raise ValueError(f"local steps must be an integer, got {self.steps!r}")
+        check_config(self)
         check_optimizer(self.optimizer)
-        if concrete(self.momentum) and not 0 <= self.momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
-        if concrete(self.weight_decay) and self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if concrete(self.lr_decay) and not 0 < self.lr_decay <= 1:
-            raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
 
     def lr_at(self, round_index) -> jax.Array:
         """Step size in round ``round_index`` (0-based)."""

@@ -87,7 +87,7 @@ def test_registered_and_validated(name):
 def test_bad_configs():
     with pytest.raises(ValueError, match="sigma"):
         FedSoftConfig(num_clusters=4, sigma=0.3)
-    with pytest.raises(ValueError, match="t must"):
+    with pytest.raises(ValueError, match="t = 0 is too small"):
         OneShotIFCAConfig(t=0)
     with pytest.raises(ValueError, match="n_init"):
         LocalKMeansConfig(n_init=0)

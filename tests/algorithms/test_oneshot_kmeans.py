@@ -29,5 +29,5 @@ def test_recovers_separated_clusters_and_keeps_them_fixed():
 def test_rejects_bad_values():
     with pytest.raises(ValueError, match="kmeans_iters"):
         OneShotConfig(kmeans_iters=0)
-    with pytest.raises(ValueError, match="learning rate"):
+    with pytest.raises(ValueError, match="erm_lr = 0.0 is out of range"):
         OneShotConfig(erm_lr=0.0)

@@ -148,7 +148,7 @@ def test_zero_lambda_leaves_everyone_unassigned_and_refine_keeps_no_cluster():
 
 
 @pytest.mark.parametrize("bad, match", [
-    (dict(beta=0.5), "beta"), (dict(t=0), "t must"), (dict(lam=None), "lambda"),
+    (dict(beta=0.5), "beta"), (dict(t=0), "t = 0 is too small"), (dict(lam=None), "lambda"),
     (dict(lam_quantile=1.5), "lam_quantile"), (dict(metric="cos"), "distance"),
     (dict(graph="x"), "graph"), (dict(refine_init="x"), "refine_init"),
     (dict(clients_per_cluster=0), "clients_per_cluster"), (dict(k_max=0), "k_max"),
