@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
@@ -68,7 +69,7 @@ from fedclust_jax.core.clients import map_clients
 from fedclust_jax.core.optim import OPTIMIZERS, make_optimizer
 from fedclust_jax.data.federated import example_mask
 from fedclust_jax.models.clustergan import ClusterGANNets, clustergan_nets
-from fedclust_jax.bounds import NonNegative, Positive, Size
+from fedclust_jax.bounds import Bounds, NonNegative, Positive, Size
 from fedclust_jax.config_check import check_config
 
 NOISE_LOSSES = ("sum", "mean")
@@ -90,7 +91,7 @@ class ClusterGANConfig:
     eval_batch: points per encoder call when assigning; width, fc_width: network size when
     the runner builds the networks (``models.clustergan.clustergan_nets``)."""
 
-    num_clusters: Size = 4
+    num_clusters: Annotated[int, Bounds(2)] = 4
     noise_dim: Size = 30
     noise_std: Positive = 0.1
     beta_n: NonNegative = 10.0
