@@ -40,6 +40,11 @@ from fedclust_jax.models.base import with_dtype
 from fedclust_jax.models.registry import MODELS, build_model
 
 
+def _swept(default):
+    """A study-level field a sweep may vary as a path of its own (``sweep.GLOBAL_PATHS``)."""
+    return dataclasses.field(default=default, metadata={"swept": True})
+
+
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
     """One run: dataset (name and builder parameters), model (None = the model the dataset's
@@ -59,16 +64,16 @@ class ExperimentConfig:
 
     dataset: str = "synthetic-regression"
     data: dict = dataclasses.field(default_factory=dict)
-    model: str | None = None
+    model: str | None = _swept(None)
     model_args: dict = dataclasses.field(default_factory=dict)
     algorithm: str = "ifca"
     params: dict = dataclasses.field(default_factory=dict)
-    rounds: int = 100
-    seed: int = 0
-    restarts: int = 1
+    rounds: int = _swept(100)
+    seed: int = _swept(0)
+    restarts: int = _swept(1)
     rounds_per_chunk: int | None = None
-    eval_every: int | None = None
-    dtype: str = "float32"
+    eval_every: int | None = _swept(None)
+    dtype: str = _swept("float32")
 
     def __post_init__(self):
         if not isinstance(self.dataset, str) or self.dataset not in DATASETS:

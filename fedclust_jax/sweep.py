@@ -45,6 +45,7 @@ eval_every) and program_wall_s (seconds of the call of its program that ran it).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import sys
@@ -59,14 +60,16 @@ from fedclust_jax.algorithms import hparams
 from fedclust_jax.algorithms.registry import ALGORITHMS, accepted_params, effective_params
 from fedclust_jax.contract import check_algorithm
 from fedclust_jax.core.memory import OutOfMemoryAtStart, out_of_memory_line
-from fedclust_jax.experiment import (build_run_algorithm, check_fits_data, effective_data,
-                                     load_study_data, resolve_layout, stored_data,
-                                     study_configs, summarize)
+from fedclust_jax.experiment import (ExperimentConfig, build_run_algorithm, check_fits_data,
+                                     effective_data, load_study_data, resolve_layout,
+                                     stored_data, study_configs, summarize)
 from fedclust_jax.loop import curve_rounds, curves_from_records, eval_spec
 from fedclust_jax.sweep_store import as_json, fingerprint
 
 MODES = ("product", "zip")
-GLOBAL_PATHS = ("seed", "rounds", "restarts", "eval_every", "model", "dtype")
+# the study-level paths: the ExperimentConfig fields declared swept beside their defaults
+GLOBAL_PATHS = tuple(f.name for f in dataclasses.fields(ExperimentConfig)
+                     if f.metadata.get("swept"))
 PATH_HELP = (", ".join(GLOBAL_PATHS) + ", data.<parameter>, model_args.<parameter> or "
              "<algorithm label>.<parameter>")       # the path forms, for messages
 
