@@ -49,11 +49,12 @@ with the package (a wheel or ``pip install git+URL`` runs every table)::
 
 The paper's numbers file (TOML or JSON) maps row key -> column key -> value, a value being
 a number or [mean, spread]; keys are the raw keys (the field values, several joined by
-" / "), and optionally "source" and "spread" (what the paper's ± is) at the top::
+" / "), and optionally "source" and "spread" (what the paper's ± is) at the top (e.g.
+``studies/srfca/table5.paper.toml``)::
 
-    source = "Vardhan et al., Table 5"
-    [numbers.local]
-    inverted = [76.52, 0.54]
+    source = "<the paper, the table>"
+    [numbers.<row key>]
+    <column key> = [<mean>, <spread>]
     [[claims]]                       # a figure without numbers: claims on our cells
     text = "BR-IFCA beats IFCA-FedAvg"
     lower = "brifca-median"          # row key with the smaller mean ...
