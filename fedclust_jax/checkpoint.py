@@ -8,7 +8,10 @@ A run resumed from it continues with the same keys and so equals the uninterrupt
 
 Atomic: a file is written to a temporary file in the same folder (a random hidden name, so
 no file of the user's is touched), flushed to disk (``fsync``) and renamed over its path; a
-process killed at any moment leaves the previous file whole. A write that fails (disk full,
+process killed at any moment leaves the previous file whole, and Ctrl-C or SIGTERM during a
+write waits for it (``interrupts_wait``). ``snapshot`` copies a state to the host and
+``write`` writes such a copy later: the runner keeps the last finished chunk's and writes it
+when interrupted. A write that fails (disk full,
 no permission) raises ``SaveFailed``, one line naming the round the file still holds.
 Checked: a file that is not one of ours, or is truncated or damaged, is refused with one line
 (``not_a_checkpoint``) saying how to start afresh.
@@ -38,8 +41,12 @@ import contextlib
 import glob
 import json
 import os
+import signal
+import sys
 import tempfile
+import threading
 import zipfile
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -55,10 +62,42 @@ class SaveFailed(RuntimeError):
 
 # ---- atomic files ---------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def interrupts_wait():
+    """SIGINT and SIGTERM arriving inside the block wait for its end, then reach the handler
+    that was in force (the command line's raises KeyboardInterrupt): a save is never cut by
+    an interrupt, a second Ctrl-C included. Only Python-level handlers are held back (a
+    signal left to the operating system acts at once, as before); off the main thread
+    nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held, previous = [], {}
+    for s in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(s)
+        if callable(handler):
+            previous[s] = handler
+            signal.signal(s, lambda signum, frame: held.append((signum, frame)))
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if held:
+            signum, frame = held[0]
+            previous[signum](signum, frame)
+
+
 def write_atomic(path: str, write, what: str = "checkpoint") -> None:
     """``write(file)`` into a hidden temporary file beside ``path``, fsync, rename over
     ``path``. OSError (disk full, permission) -> ``SaveFailed``; the temporary file is
-    removed and ``path`` keeps its previous content."""
+    removed and ``path`` keeps its previous content. An interrupt waits for the write to
+    end (``interrupts_wait``)."""
+    with interrupts_wait():
+        _write_atomic(path, write, what)
+
+
+def _write_atomic(path: str, write, what: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     tmp = None
     try:
@@ -148,23 +187,37 @@ def exists(path: str) -> bool:
     return any(os.path.exists(f) for f in files(path))
 
 
-def save(path: str, states, history: dict, rounds_done: int, config: dict, *,
-         extra: dict | None = None):
-    """Writes ``states`` (any pytree of arrays; bfloat16 stored as float32, exact; PRNG
-    keys as their key data), ``history`` {name: array}, the rounds done, ``config`` and
-    ``extra`` (JSON-able header entries) atomically. One process: the whole arrays in
-    ``path``. Several: every process calls ``save`` together and writes its own shards
-    (module docstring). Raises ``SaveFailed`` when the file cannot be written."""
+class Snapshot(NamedTuple):
+    """What ``write`` puts in a checkpoint file, held on the host: ``path`` (the checkpoint's
+    path as given), the header ``meta`` and the named numpy ``arrays`` (copies: the device
+    buffers they came from may be donated to the next chunk of rounds)."""
+    path: str
+    meta: dict
+    arrays: dict
+
+    @property
+    def rounds_done(self) -> int:
+        return int(self.meta["rounds_done"])
+
+
+def snapshot(path: str, states, history: dict, rounds_done: int, config: dict, *,
+             extra: dict | None = None) -> Snapshot:
+    """A host copy of ``states`` (any pytree of arrays; bfloat16 kept as float32, exact;
+    PRNG keys as their key data), ``history`` {name: array}, the rounds done, ``config`` and
+    ``extra`` (JSON-able header entries). One process: the whole arrays. Several: this
+    process's own shards, each with its index (module docstring); every process calls it
+    together. The runner takes one after every chunk of rounds, so an interrupt can write
+    the last finished chunk (``write``) although the device state went on."""
     leaves = jax.tree.leaves(states)
     keys = [i for i, a in enumerate(leaves) if _is_key(a)]
     data = [jax.random.key_data(a) if _is_key(a) else a for a in leaves]
     meta = {"format": FORMAT, "version": VERSION, "rounds_done": rounds_done, "config": config,
             "keys": keys, **(extra or {})}
-    arrays = {f"history_{k}": np.asarray(v) for k, v in history.items()}
+    arrays = {f"history_{k}": np.array(v) for k, v in history.items()}
     if jax.process_count() == 1:
         from fedclust_jax.core.sharding import to_host
-        arrays.update({f"state_{i}": _storable(a) for i, a in enumerate(to_host(data))})
-        target = path
+        arrays.update({f"state_{i}": _storable(a, copy=True)
+                       for i, a in enumerate(to_host(data))})
     else:
         shards = []
         for i, a in enumerate(data):
@@ -172,13 +225,51 @@ def save(path: str, states, history: dict, rounds_done: int, config: dict, *,
             for s in a.addressable_shards:
                 seen.setdefault(_index_key(s.index, a.shape), s)
             for j, (index, s) in enumerate(seen.items()):
-                arrays[f"state_{i}_{j}"] = _storable(s.data)
+                arrays[f"state_{i}_{j}"] = _storable(s.data, copy=True)
                 shards.append([i, j, index])
         meta.update(process=jax.process_index(), process_count=jax.process_count(),
                     shards=shards, shapes=[list(a.shape) for a in data])
-        target = _older_slot(path)
-    header = np.frombuffer(json.dumps(meta, default=str).encode(), np.uint8)
-    write_atomic(target, lambda f: np.savez(f, meta=header, **arrays))
+    return Snapshot(path, meta, arrays)
+
+
+def write(snap: Snapshot) -> None:
+    """Writes ``snap`` atomically: to its path with one process, to the process's older
+    slot with several. Raises ``SaveFailed`` when the file cannot be written; an interrupt
+    arriving meanwhile waits for the write (``write_atomic``)."""
+    target = snap.path if jax.process_count() == 1 else _older_slot(snap.path)
+    header = np.frombuffer(json.dumps(snap.meta, default=str).encode(), np.uint8)
+    write_atomic(target, lambda f: np.savez(f, meta=header, **snap.arrays))
+
+
+def save(path: str, states, history: dict, rounds_done: int, config: dict, *,
+         extra: dict | None = None):
+    """``write(snapshot(...))``: the states, history, rounds done, config and ``extra`` of a
+    run saved atomically (see ``snapshot``). Raises ``SaveFailed`` when the file cannot be
+    written."""
+    write(snapshot(path, states, history, rounds_done, config, extra=extra))
+
+
+def write_on_interrupt(last: Snapshot | None, saved_round: int | None) -> int | None:
+    """What a runner does on an interrupt: writes ``last`` (the snapshot of its last
+    finished chunk, or None) when the file holds an older round, and returns the round the
+    file then holds. A second interrupt waits for the write, then is spent here (the run is
+    ending anyway); a write that fails says so on stderr and the file keeps its round."""
+    if last is None or last.rounds_done == saved_round:
+        return saved_round
+    try:
+        write(last)
+    except KeyboardInterrupt:
+        pass
+    except SaveFailed as e:
+        print(e, file=sys.stderr, flush=True)
+    return held_round(last.path)
+
+
+def held_round(path: str) -> int | None:
+    """The round this process's newest checkpoint file of ``path`` holds; None when there
+    is none readable."""
+    rounds = [r for r in (_round_or_none(f) for f in files(path)) if r is not None]
+    return max(rounds) if rounds else None
 
 
 def attach(path: str, **entries):
@@ -393,9 +484,10 @@ def read_meta(path: str) -> dict:
         return _meta(path, f)
 
 
-def _storable(a) -> np.ndarray:
-    """``a`` as numpy in a dtype .npz reads back without pickle (bfloat16 -> float32)."""
-    a = np.asarray(a)
+def _storable(a, copy: bool = False) -> np.ndarray:
+    """``a`` as numpy in a dtype .npz reads back without pickle (bfloat16 -> float32);
+    ``copy``: never a view of a device buffer."""
+    a = np.array(a) if copy else np.asarray(a)
     return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
 
 

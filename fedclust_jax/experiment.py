@@ -120,9 +120,10 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
     the next state). eval_every: E adds "eval.<name>" entries to the history ([R, rounds,
     ...], recorded after every E-th round; ``loop.split_history`` takes them out).
     label: the name progress lines and an interruption give (default ``alg.name``).
-    An interrupt (Ctrl-C, SIGTERM turned into KeyboardInterrupt) raises
-    ``progress.RunInterrupted`` with the rounds done and the checkpoint's round (at most the
-    cadence behind). A save that fails raises ``checkpoint.SaveFailed`` (one line; the file
+    An interrupt (Ctrl-C, SIGTERM turned into KeyboardInterrupt) writes the last finished
+    chunk's state (kept on the host after every chunk when there is a checkpoint) and raises
+    ``progress.RunInterrupted`` with the rounds done and the round the file holds (at most
+    the chunk behind; a SIGKILL loses at most the cadence). A save that fails raises ``checkpoint.SaveFailed`` (one line; the file
     keeps its last good round). The device out of memory before the first chunk of rounds
     ended (init included) raises ``core.memory.OutOfMemoryAtStart``.
     Returns (final states with leading axis R, per-round metrics dict of [R, rounds] arrays).
@@ -142,7 +143,7 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
         # client walks split over host devices: the state lives replicated on their mesh
         # from init on, so the chunk's input and output agree and it compiles once
         placed_init = placed = dict(out_shardings=replicated(split))
-    done, history, saved_round, ended = 0, [], None, False
+    done, history, saved_round, ended, last = 0, [], None, False, None
     try:
         states = jax.jit(lambda k, d: loop.init_states(alg, k, d), **placed_init)(init_keys, data)
         found = ckpt.restore(checkpoint, states, config or {}) if checkpoint else None
@@ -162,7 +163,7 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
         schedule = ChunkSchedule(rounds, rounds_per_chunk,
                                  cadence=cadence if checkpoint else None)
         bar = Progress(label, rounds, progress, start=done)
-        start = done
+        start, last = done, None    # last: the host copy of the last finished chunk
         while start < rounds:
             stop = schedule.next_stop(start)
             states, hist = chunk(states, round_keys, data, jnp.arange(start, stop))
@@ -170,16 +171,19 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
             ended = True
             done = stop
             history.append(hist)
-            if checkpoint and schedule.save_due(stop):
-                ckpt.save(checkpoint, states, _merge(history), stop, config or {})
-                saved_round = stop
-                schedule.saved()
+            if checkpoint:
+                last = ckpt.snapshot(checkpoint, states, _merge(history), stop, config or {})
+                if schedule.save_due(stop):
+                    ckpt.write(last)
+                    saved_round = stop
+                    schedule.saved()
             bar.update(stop, metrics_text(hist))
             start = stop
         if checkpoint and saved_round != rounds:     # zero rounds: the file still says so
             ckpt.save(checkpoint, states, _merge(history), rounds, config or {})
             saved_round = rounds
     except KeyboardInterrupt:
+        saved_round = ckpt.write_on_interrupt(last, saved_round)
         raise RunInterrupted(label, done, rounds, checkpoint, saved_round) from None
     except Exception as e:
         oom = out_of_memory_line(e)

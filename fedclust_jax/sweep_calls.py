@@ -113,7 +113,8 @@ def run_call(programs: Programs, hp, data, seeds, *, state_path: str | None, con
     """Runs one call's points from their saved state (``state_path``, when it exists) to the
     end: (objective [c, R], evaluation, records {name: [c, R, T, ...]} at the curve rounds).
     Saves the state at the ``cadence`` (and never after the last round: the call's rows
-    follow). Raises KeyboardInterrupt as it comes (``status`` says where)."""
+    follow). An interrupt writes the last finished chunk's state, then goes on as a
+    KeyboardInterrupt (``status`` says where and what the file holds)."""
     cfg, every = programs.cfg, programs.eval_every
     rounds = cfg.rounds
     like = jax.eval_shape(programs.init, hp, data, seeds)
@@ -130,20 +131,29 @@ def run_call(programs: Programs, hp, data, seeds, *, state_path: str | None, con
                              cadence=cadence if state_path else None,
                              max_length=programs.capacity)
     bar = Progress(label, rounds, progress, start=done)
-    while done < rounds:
-        stop = schedule.next_stop(done)
-        states, buf = programs.chunk(states, hp, data, seeds, jnp.int32(done), jnp.int32(stop - done))
-        count = len(loop.curve_rounds(stop, every, done))
-        jax.block_until_ready(states)         # the schedule times compute, not dispatch
-        buf = jax.device_get(buf)
-        records.append({k: v[:, :, :count] for k, v in buf.items()})
-        status.done = done = stop
-        if state_path and stop < rounds and schedule.save_due(stop):
-            ckpt.save(state_path, states, {f"eval.{k}": v for k, v in _joined(records).items()},
-                      stop, config)
-            status.saved = stop
-            schedule.saved()
-        bar.update(stop)
+    last = None      # the host copy of the last finished chunk, written on an interrupt
+    try:
+        while done < rounds:
+            stop = schedule.next_stop(done)
+            states, buf = programs.chunk(states, hp, data, seeds, jnp.int32(done),
+                                         jnp.int32(stop - done))
+            count = len(loop.curve_rounds(stop, every, done))
+            jax.block_until_ready(states)         # the schedule times compute, not dispatch
+            buf = jax.device_get(buf)
+            records.append({k: v[:, :, :count] for k, v in buf.items()})
+            status.done = done = stop
+            if state_path:
+                last = ckpt.snapshot(state_path, states,
+                                     {f"eval.{k}": v for k, v in _joined(records).items()},
+                                     stop, config)
+                if stop < rounds and schedule.save_due(stop):
+                    ckpt.write(last)
+                    status.saved = stop
+                    schedule.saved()
+            bar.update(stop)
+    except KeyboardInterrupt:
+        status.saved = ckpt.write_on_interrupt(last, status.saved)
+        raise
     objective, evaluation = jax.device_get(programs.end(states, hp, data))
     return objective, evaluation, _joined(records)
 
