@@ -113,6 +113,11 @@ def build_study(args, *, single: bool) -> dict:
         names = [chosen] if single else [a.strip() for a in chosen.split(",") if a.strip()]
         if not names:
             raise ValueError("--algorithms needs at least one name, e.g. --algorithms fedavg,ifca")
+        twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+        if twice is not None:
+            raise ValueError(f"--algorithms names {twice!r} twice; name each once (to run one "
+                             f"algorithm twice, give a study file two labels, e.g. "
+                             f"[algorithms.{twice}-b] with algorithm = \"{twice}\")")
         unknown = [n for n in names if n not in ALGORITHMS]
         if unknown and not args.config:
             raise ValueError(f"unknown algorithm {unknown[0]!r}; available: {', '.join(sorted(ALGORITHMS))}")
@@ -439,12 +444,19 @@ def list_everything(name: str | None = None) -> str:
 
 
 def check_paths(args, labels: list[str]) -> str | None:
-    """--output, --save-state and --checkpoint must be writable files (folders are created)
-    before any compute starts; a checkpoint that exists must be a fedclust_jax checkpoint.
+    """--output, --save-state and --checkpoint must be writable files (folders are created),
+    no two of them on one path, before any compute starts; a checkpoint that exists must be
+    a fedclust_jax checkpoint.
     Returns where --output goes (``results.output_target``: a file fedclust-jax did not
     write as results is kept, unless --overwrite)."""
     from fedclust_jax.experiment import checkpoint_paths
-    from fedclust_jax.results import check_output_path
+    from fedclust_jax.results import check_output_path, distinct_outputs
+    distinct_outputs([("--output", args.output, [args.output] if args.output else [])]
+                     + [(flag, getattr(args, name), list(checkpoint_paths(getattr(args, name),
+                                                                         labels).values()))
+                        for flag, name in (("--checkpoint", "checkpoint"),
+                                           ("--save-state", "save_state"))
+                        if getattr(args, name)])
     target = None
     if args.output:
         target = check_output_path(args.output, "--output", kind="results",
@@ -787,6 +799,11 @@ def main_sweep(args, state: RunState) -> int:
             from fedclust_jax.sweep_store import SweepStore
             SweepStore(args.checkpoint, *grid_key(study)).check()
             state.sweep_checkpoint = args.checkpoint
+        if args.output and args.checkpoint:
+            from fedclust_jax.results import distinct_outputs
+            distinct_outputs([("--output", args.output, [args.output]),
+                              ("--checkpoint", args.checkpoint, [args.checkpoint])],
+                             folders={"--checkpoint"})
         target = check_rows_path(args.output, overwrite=args.overwrite) if args.output else None
         print(format_sweep_plan(study["sweep"], paths, len(grid), study_configs(base)),
               flush=True)

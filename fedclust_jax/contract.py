@@ -13,12 +13,23 @@ the method, the leaf path and both types:
   (``evaluation_keys``), each of the stated shape;
 - ``objective(state, data)`` returns a scalar.
 
+Anything else raised while tracing (an index of a float array, ``lax.cond`` branches of
+different types, a shape mismatch) is a ContractError too: the algorithm, the method, the
+user's file:line (the innermost frame outside this package and installed libraries) and
+the error's first line.
+
 The runner checks every algorithm registered from outside the package before its first
 compile (``experiment.run_experiment``, ``sweep``); the built-ins are checked once each by
 the test suite, which spares every run of theirs the extra trace.
 """
 
 from __future__ import annotations
+
+import os
+import re
+import site
+import sysconfig
+import traceback
 
 import jax
 import jax.numpy as jnp
@@ -62,23 +73,76 @@ def _paths(tree) -> dict[str, object]:
     return {jax.tree_util.keystr(path) or "(the state itself)": leaf for path, leaf in leaves}
 
 
+def _library(filename: str) -> bool:
+    """Whether a traceback frame's file belongs to this package, JAX or another installed
+    library (or Python itself) rather than to the user's code."""
+    here = os.path.abspath(filename)
+    if filename.startswith("<") or here.startswith(PACKAGE_DIR + os.sep):
+        return True
+    return any(here.startswith(root + os.sep) for root in LIBRARY_ROOTS)
+
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+LIBRARY_ROOTS = sorted({os.path.abspath(p) for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                        if (p := sysconfig.get_paths().get(key))}
+                       | {os.path.abspath(p) for p in site.getsitepackages()
+                          + [site.getusersitepackages()] if p})
+
+
+def user_frame(exc: BaseException) -> str | None:
+    """"file:line" of the innermost frame of ``exc``'s traceback in the user's code (outside
+    this package, JAX and other installed libraries); None when there is none. The file is
+    given relative to the working folder when it lies inside it."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if not _library(frame.filename):
+            name = os.path.abspath(frame.filename)
+            rel = os.path.relpath(name)
+            return f"{rel if not rel.startswith('..') else name}:{frame.lineno}"
+    return None
+
+
+TYPE_IN_TEXT = re.compile(r"\b(?:b?float|u?int|bool|complex)\d*\[")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message. When that line names no type and a later line
+    does (JAX's "branches must have equal output types" gives both types further down),
+    that line follows it."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    head = lines[0]
+    if not TYPE_IN_TEXT.search(head):
+        typed = next((line for line in lines[1:] if TYPE_IN_TEXT.search(line)), None)
+        if typed is not None:
+            head = f"{head} {typed}"
+    return head
+
+
 def _trace(alg, method: str, fn, *args):
-    """``jax.eval_shape(fn, *args)``; an output that is not a pytree of arrays is a
-    ContractError naming the method."""
+    """``jax.eval_shape(fn, *args)``. Anything raised while tracing becomes a ContractError
+    of one line: the algorithm, the method, the user's file:line (``user_frame``) and the
+    error's first line; a value that is not a pytree of arrays and a Python branch on a
+    traced value also say what to do instead."""
     try:
         return jax.eval_shape(fn, *args)
-    except jax.errors.ConcretizationTypeError as e:      # a Python branch on a traced value
-        first = str(e).strip().splitlines()[0]
-        raise ContractError(f"{_where(alg)}: {method} branches in Python on a traced value "
-                            f"({first}); compute with it instead: jnp.where(cond, a, b) or "
-                            "jax.lax.cond(cond, f, g, ...)") from None
-    except TypeError as e:
-        if "not a valid JAX type" in str(e):
+    except ContractError:
+        raise
+    except Exception as e:
+        where = user_frame(e)
+        at = f" at {where}" if where else ""
+        first = first_line(e)
+        if isinstance(e, jax.errors.ConcretizationTypeError):   # a Python branch on a traced value
+            raise ContractError(f"{_where(alg)}: {method} branches in Python on a traced value"
+                                f"{at} ({first}); compute with it instead: jnp.where(cond, a, b) "
+                                "or jax.lax.cond(cond, f, g, ...)") from None
+        if isinstance(e, TypeError) and "not a valid JAX type" in str(e):
             raise ContractError(f"{_where(alg)}: {method} returns a value that is not an "
                                 "array or a pytree of arrays (metrics and states hold arrays "
-                                f"only; a string or None cannot be traced): {' '.join(str(e).split())}"
-                                ) from None
-        raise
+                                f"only; a string or None cannot be traced){at}: "
+                                f"{' '.join(str(e).split())}") from None
+        raise ContractError(f"{_where(alg)}: {method} failed while traced{at}: "
+                            f"{type(e).__name__}: {first}") from None
 
 
 def check_state(alg, before, after, method: str = "round") -> None:
@@ -145,9 +209,12 @@ def check_objective(alg, value, method: str = "objective") -> None:
                             "(the training objective the runner minimises over restarts)")
 
 
-def check_algorithm(alg, data) -> None:
-    """Traces the four methods abstractly on ``data``; ContractError on the first break."""
-    if type(alg).__module__.startswith("fedclust_jax."):
+def check_algorithm(alg, data, model_builder=None) -> None:
+    """Traces the four methods abstractly on ``data``; ContractError on the first break.
+    Only where the user's code takes part: an algorithm class, or the registered builder of
+    its model (``model_builder``), from outside the package."""
+    ours = lambda thing: getattr(thing, "__module__", "fedclust_jax.").startswith("fedclust_jax.")
+    if ours(type(alg)) and (model_builder is None or ours(model_builder)):
         return          # built-ins: tests/test_contract.py checks each; a run saves the trace
     check_methods(alg, data)
 

@@ -319,6 +319,26 @@ def build_run_algorithm(cfg: ExperimentConfig, data):
     return alg
 
 
+def model_builder(cfg: ExperimentConfig):
+    """The registered builder of ``cfg``'s model when it names one (None: the default)."""
+    return MODELS.get(cfg.model) if cfg.model else None
+
+
+def check_labelled(label: str, cfg: ExperimentConfig, data) -> None:
+    """Builds ``cfg``'s algorithm on ``data`` and traces it abstractly
+    (``contract.check_algorithm``); a break is one line naming ``label`` (a user's class
+    that inherits a built-in's name is called by the label it runs under)."""
+    alg = None
+    try:
+        alg = build_run_algorithm(cfg, data)
+        check_algorithm(alg, data, model_builder(cfg))
+    except ValueError as e:
+        text = str(e)
+        named = f"algorithm {alg.name!r}" if alg is not None else None
+        raise type(e)(f"algorithm {label!r}{text[len(named):]}"
+                      if named and text.startswith(named) else f"{label}: {text}") from None
+
+
 def end_of_run(alg, states, data, restarts: int, to_host=lambda tree: tree):
     """(objective float32[R], evaluation) after the last round: the training objective of
     each of the R restarts (states with leading axis R) and ``evaluation(r)``, restart r's
@@ -376,7 +396,7 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
     alg = build_run_algorithm(cfg, data)
     alg, layout = resolve_layout(alg, data, restarts=cfg.restarts, devices=devices,
                                  memory_limit=memory_limit)
-    check_algorithm(alg, data)
+    check_algorithm(alg, data, model_builder(cfg))
     mesh, host_data, to_host = None, data, lambda tree: tree
     if devices is not None and devices > 1:  # -- sharding hook (core/sharding.py) --
         from fedclust_jax.core.sharding import client_mesh, shard_clients, to_host
@@ -545,6 +565,9 @@ def run_study(study: dict, *, progress: bool = True, checkpoint: str | None = No
         data = load_study_data(configs[0][1])
         for label, cfg in configs:
             check_fits_data(label, cfg, data)
+        for label, cfg in configs:           # every contract before the first one trains
+            if keep_state or ended[label] is None:
+                check_labelled(label, cfg, data)
     env = environment()
     results = []
     for label, cfg in configs:

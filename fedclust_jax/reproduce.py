@@ -553,7 +553,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args) -> int:
     """Runs ``args.table``; exit 2 with one line on bad input (before compute)."""
-    from fedclust_jax.results import check_output_path, environment
+    from fedclust_jax.results import check_output_path, distinct_outputs, environment
     if args.list:
         if not table_ids():
             print(f"error: no study files in {STUDIES}: this install of fedclust_jax lacks its "
@@ -572,6 +572,10 @@ def main(args) -> int:
         for study in planned.values():
             parse_sweep(study)
         out = Path(args.out) if args.out else default_out(spec["paper"], args.quick)
+        if getattr(args, "checkpoint", None):
+            distinct_outputs([("--out", str(out), [str(out)]),
+                              ("--checkpoint", args.checkpoint, [args.checkpoint])],
+                             folders={"--checkpoint"})
         check_output_path(str(out / f"{spec['name']}.md"), "--out", example=None)
         seeds = [s for study in planned.values() for s in study["sweep"]["seed"]]
         md, raw, kept = output_files(out, spec, size_of(args.quick, seeds),

@@ -437,6 +437,32 @@ def _write_rows(rows: list[dict], path: str):
     _write_text(rows_text(rows, path), path)
 
 
+def distinct_outputs(outputs: list[tuple[str, str, list[str]]], folders=frozenset()) -> None:
+    """Refuses (ValueError, one line) two outputs of one command on one path: ``outputs``
+    holds (option, its value, the files it writes: several for several algorithms), an
+    option in ``folders`` names a folder, and nothing else may lie inside it."""
+    def real(path):
+        return os.path.normcase(os.path.realpath(path))
+    seen = {}
+    for option, value, paths in outputs:
+        for path in paths:
+            here = real(path)
+            if here in seen and seen[here][0] != option:
+                other, other_value = seen[here]
+                raise ValueError(f"{other} {other_value!r} and {option} {value!r} are one path "
+                                 f"({path!r}); give each its own")
+            seen.setdefault(here, (option, value))
+    for option, value, paths in outputs:
+        if option not in folders:
+            continue
+        inside = real(value) + os.sep
+        for here, (other, other_value) in seen.items():
+            if other != option and (here + os.sep).startswith(inside):
+                raise ValueError(f"{other} {other_value!r} lies inside the {option} folder "
+                                 f"{value!r}, which holds only what the command saves there; "
+                                 f"put it outside that folder")
+
+
 def check_rows_path(path: str, what: str = "--output", overwrite: bool | None = None) -> str:
     """A sweep's output must be a writable .csv or .json file (``check_output_path``)."""
     if not (path.endswith(".csv") or path.endswith(".json")):

@@ -58,11 +58,10 @@ import numpy as np
 from fedclust_jax import checkpoint as ckpt
 from fedclust_jax.algorithms import hparams
 from fedclust_jax.algorithms.registry import ALGORITHMS, accepted_params, effective_params
-from fedclust_jax.contract import check_algorithm
 from fedclust_jax.core.memory import OutOfMemoryAtStart, out_of_memory_line
 from fedclust_jax.experiment import (ExperimentConfig, build_run_algorithm, check_fits_data,
-                                     effective_data, load_study_data, resolve_layout,
-                                     stored_data, study_configs, summarize)
+                                     check_labelled, effective_data, load_study_data,
+                                     resolve_layout, stored_data, study_configs, summarize)
 from fedclust_jax.loop import curve_rounds, curves_from_records, eval_spec
 from fedclust_jax.sweep_store import as_json, fingerprint
 
@@ -121,7 +120,13 @@ def parse_sweep(study: dict) -> tuple[dict, list[str], list[tuple]]:
         grid = list(zip(*table.values()))
     else:
         grid = list(itertools.product(*table.values()))
-    for point in grid:
+    first = {}
+    for i, point in enumerate(grid):
+        j = first.setdefault(json.dumps(point, default=str), i)
+        if j != i:
+            where = ", ".join(f"{p} = {_show(v)}" for p, v in zip(paths, point))
+            raise ValueError(f"sweep point {i + 1} ({where}) repeats point {j + 1}; remove the "
+                             f"repeated value, each point runs once")
         try:
             study_configs(apply_point(base, dict(zip(paths, point))))
         except ValueError as e:
@@ -265,10 +270,10 @@ def plan(study: dict) -> tuple[list[str], list[dict], PointData]:
             gkey = json.dumps([label, static, traced, datas.shapes[_data_key(cfg)]],
                               sort_keys=True, default=str)
             if gkey not in groups:            # the settings that need the data, before compute
-                try:
-                    build_run_algorithm(cfg, data)
+                try:                          # and the contract, before any group trains
+                    check_labelled(label, cfg, data)
                 except ValueError as e:
-                    raise ValueError(f"sweep point ({where}): {label}: {e}") from None
+                    raise type(e)(f"sweep point ({where}): {e}") from None
                 groups[gkey] = {"label": label, "cfg": cfg, "traced": traced, "items": []}
             groups[gkey]["items"].append((i, label, cfg))
     return paths, list(groups.values()), datas
@@ -344,7 +349,6 @@ def run_group(g: int, group: dict, datas: PointData, paths: list[str], *, memory
         return
     alg = build_run_algorithm(cfg0, data0)
     alg, layout = resolve_layout(alg, data0, restarts=cfg0.restarts, memory_limit=memory_limit)
-    check_algorithm(alg, data0)
     shared = _same(datas, [cfg for _, _, cfg in items])
     spec = eval_spec(alg, data0) if cfg0.eval_every else None
     # the capacity does not depend on the cadence: a rerun with another runs the same program
