@@ -25,7 +25,7 @@ from fedclust_jax import config_check, registry_check
 from fedclust_jax import loop, metrics
 from fedclust_jax.contract import check_algorithm
 from fedclust_jax.core.memory import OutOfMemoryAtStart, out_of_memory_line
-from fedclust_jax.core.sharding import active_mesh, replicated
+from fedclust_jax.core.sharding import active_mesh, place_for_split, replicated
 from fedclust_jax.loop import (curve_rounds, curves_from_records, eval_record, eval_spec,  # noqa: F401
                                scan_rounds, split_history)
 from fedclust_jax.presets import default_model
@@ -141,8 +141,11 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
         placed_init, placed = dict(out_shardings=shardings), dict(out_shardings=(shardings, replicated(mesh)))
     elif (split := active_mesh()) is not None:
         # client walks split over host devices: the state lives replicated on their mesh
-        # from init on, so the chunk's input and output agree and it compiles once
+        # from init on, so the chunk's input and output agree and it compiles once; the
+        # data and keys are placed there once, not copied at every call
         placed_init = placed = dict(out_shardings=replicated(split))
+        data = place_for_split(data, split)
+        round_keys = jax.device_put(round_keys, replicated(split))
     done, history, saved_round, ended, last = 0, [], None, False, None
     try:
         states = jax.jit(lambda k, d: loop.init_states(alg, k, d), **placed_init)(init_keys, data)
@@ -404,6 +407,8 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
             raise ValueError(f"asked for {devices} devices, {jax.device_count()} available")
         mesh = client_mesh(jax.devices()[:devices])
         data = shard_clients(data, mesh)
+    elif (split := active_mesh()) is not None:   # walks split over host devices
+        data = place_for_split(data, split)
     t0 = time.perf_counter()
     while True:
         try:

@@ -94,6 +94,15 @@ PER_CLIENT_DATA = ("x", "y", "count", "x_test", "y_test", "count_test", "cluster
 SHARED_DATA = ("true_params", "pool_x", "pool_y")
 
 
+def place_for_split(data, mesh: Mesh):
+    """``data`` placed once on the mesh of a split walk (``split_clients``): split as
+    ``shard_clients`` does when N is a multiple of the mesh's size, else replicated. Left
+    uncommitted, the data would be copied onto the mesh at every call of a compiled chunk."""
+    if data.num_clients % mesh.devices.size == 0:
+        return shard_clients(data, mesh)
+    return jax.device_put(data, replicated(mesh))
+
+
 def shard_clients(data, mesh: Mesh):
     """``data`` (``FederatedData``, or any pytree dataclass of client data such as views over
     a shared pool) with every per-client array split on its leading axis over the mesh and
