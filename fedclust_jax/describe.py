@@ -9,7 +9,7 @@ It runs to the next entry (or any ``word:`` that starts a line after a finished 
 an aside such as "; static: ...", a blank line or the end of the docstring. Inside
 parentheses nothing starts or ends an entry: ``mu: weight (0 = FedAvg; k: as FedAvg's)``
 is one meaning (a paragraph whose brackets do not balance is read without this rule). The
-one-line help is the docstring's first sentence.
+one-line help is the docstring's first sentence (a period inside parentheses ends none).
 
     def swapped_labels(key, num_clients: int = 8, swap: float = 0.5):
         '''Two clusters of clients whose labels differ by a swap.
@@ -30,11 +30,13 @@ _FOREIGN_HEAD = re.compile(r";\s[^;:]{0,40}:\s")   # "; some other note: ..." en
 
 
 def summary(doc: str | None) -> str:
-    """The first sentence of ``doc`` on one line ("" when there is none)."""
+    """The first sentence of ``doc`` on one line ("" when there is none); a period inside
+    parentheses ("FedAvgM (Hsu et al. 2019): ...") does not end it."""
     text = " ".join((inspect.cleandoc(doc) if doc else "").split("\n\n")[0].split())
     if not text:
         return ""
-    m = re.search(r"\.(\s|$)", text)
+    depth = _depths(text)
+    m = next((m for m in re.finditer(r"\.(\s|$)", text) if depth[m.start()] == 0), None)
     return text[:m.start()] if m else text
 
 

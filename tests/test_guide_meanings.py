@@ -44,3 +44,10 @@ def test_list_shows_the_whole_meaning_of_a_plugin_parameter(capsys):
         assert rows["depth"].endswith("hidden layers")
     finally:
         MODELS.pop("paren-model")
+
+
+def test_the_one_line_help_does_not_end_inside_parentheses():
+    from fedclust_jax.describe import summary
+    assert summary("FedAvgM (Hsu et al. 2019): FedAvg with server momentum. More.") == \
+        "FedAvgM (Hsu et al. 2019): FedAvg with server momentum"
+    assert summary("First. Second.") == "First"
