@@ -115,6 +115,8 @@ def from_nnx(name: str, make: Callable[[nnx.Rngs], nnx.Module], *, task: str,
     once here (abstractly, no arrays allocated) and merged back inside ``apply``. A module
     with methods ``features(x)`` (the body's output) and ``from_features(h)`` (the head on
     it), whose ``__call__`` is their composition, gives ``body_apply`` / ``head_apply``.
+    ``head``: the path prefixes of the head's parameters (``Model.head``), e.g. ("head",)
+    for a module whose last layer is its attribute ``head``.
     """
     module = nnx.eval_shape(lambda: make(nnx.Rngs(0)))
     graphdef, abstract = nnx.split(module)
