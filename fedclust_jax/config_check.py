@@ -7,8 +7,9 @@ type; values from Python or from study files (TOML / JSON) must already have it 
 is accepted where a float is expected, an integral float where an int is). Every float
 must be finite and every integer fit in 32 bits; a range declared in the annotation
 (``fedclust_jax.bounds``: ``Size``, ``Positive``, ``Annotated[float, Bounds(...)]``) is
-enforced, and so are the choices a ``Literal["a", "b"]`` annotation names. A bad value raises ``ConfigError`` (a ValueError) whose one-line message names
-the value and what is allowed.
+enforced, and so are the values a ``Literal["a", "b"]`` annotation allows. A bad value
+raises ``ConfigError`` (a ValueError) whose one-line message names the value and what is
+allowed.
 """
 
 from __future__ import annotations
@@ -78,19 +79,20 @@ def _accepts(annotation, default) -> _Accepts:
             choices.setdefault(type(a), []).append(a)
         return _Accepts(list(choices), choices={k: tuple(v) for k, v in choices.items()})
     if origin in (typing.Union, types.UnionType):
-        out = _Accepts([])
+        out, free = _Accepts([]), set()
         for a in args:
             if a is type(None):
                 out.none = True
                 continue
             part = _accepts(a, _MISSING)
-            out.kinds += part.kinds
+            out.kinds += [k for k in part.kinds if k not in out.kinds]
             out.bounds = {**part.bounds, **out.bounds}
             out.items = out.items or part.items
+            free |= set(part.kinds) - set(part.choices)
             for k, v in part.choices.items():
-                if k in out.kinds[:-len(part.kinds)] and k not in out.choices:
-                    continue        # int | Literal[0]: any int already allowed
                 out.choices[k] = out.choices.get(k, ()) + v
+        for k in free:                   # str | Literal["auto"]: any string is allowed
+            out.choices.pop(k, None)
         return out
     if origin in (list, tuple, collections.abc.Sequence) or annotation in (list, tuple):
         return _Accepts([list], items=bounds_of(args[0])[1] if args else None)

@@ -86,3 +86,10 @@ def test_builtin_choices_are_listed_and_checked(capsys, name, param, shown):
     assert main(["run", "--algorithm", name, "--set", f"{param}=nope", "--rounds", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{param} = 'nope' is not one of the choices" in err[0], err
+
+
+def test_a_plain_member_of_the_union_frees_its_kind():
+    """``str | Literal["auto"]`` takes any string; ``Size | Literal["auto"]`` only "auto"."""
+    assert convert("x", "anything", str | typing.Literal["auto"]) == "anything"
+    with pytest.raises(ConfigError, match="not one of the choices"):
+        convert("x", "anything", int | typing.Literal["auto"])
