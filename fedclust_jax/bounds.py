@@ -6,7 +6,8 @@ it declares them, e.g. ``num_clients: Size = 100`` or ``lr: Positive = 0.1``;
 file or Python alike), and ``fedclust-jax list NAME`` shows them. A user's builder uses the
 same names (``from fedclust_jax import Size, Positive``), or its own
 ``Annotated[float, Bounds(...)]``. An integer without bounds must still fit in 32 bits
-(counts, shapes and loop lengths are int32); a float must be finite.
+(counts, shapes and loop lengths are int32); a float must be finite. A fixed set of values
+is declared the same way, with ``typing.Literal["a", "b"]`` (checked and shown alike).
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ type; values from Python or from study files (TOML / JSON) must already have it 
 is accepted where a float is expected, an integral float where an int is). Every float
 must be finite and every integer fit in 32 bits; a range declared in the annotation
 (``fedclust_jax.bounds``: ``Size``, ``Positive``, ``Annotated[float, Bounds(...)]``) is
-enforced. A bad value raises ``ConfigError`` (a ValueError) whose one-line message names
-the value and what is allowed.
+enforced, and so are the values a ``Literal["a", "b"]`` annotation allows. A bad value
+raises ``ConfigError`` (a ValueError) whose one-line message names the value and what is
+allowed.
 """
 
 from __future__ import annotations
@@ -53,11 +54,13 @@ STUDY_TYPES = {"dataset": (str, _MISSING), "data": (dict, _MISSING),
 @dataclasses.dataclass
 class _Accepts:
     """What an annotation accepts: base ``kinds`` in preference order, ``none`` allowed,
-    the ``bounds`` declared per kind, and those of a list's ``items``."""
+    the ``bounds`` declared per kind, those of a list's ``items``, and the values a
+    ``Literal`` allows per kind (``choices``: {str: ("equal", "samples")})."""
     kinds: list
     none: bool = False
     bounds: dict = dataclasses.field(default_factory=dict)
     items: Bounds | None = None
+    choices: dict = dataclasses.field(default_factory=dict)
 
 
 def _accepts(annotation, default) -> _Accepts:
@@ -70,18 +73,26 @@ def _accepts(annotation, default) -> _Accepts:
     annotation, bounds = bounds_of(annotation)
     args = typing.get_args(annotation)
     origin = typing.get_origin(annotation)
-    if origin is typing.Literal:  # e.g. chunk: int | Literal["auto"] | None
-        return _Accepts(list(dict.fromkeys(type(a) for a in args)))
+    if origin is typing.Literal:  # e.g. weighting: Literal["equal", "samples"]
+        choices: dict = {}
+        for a in args:
+            choices.setdefault(type(a), []).append(a)
+        return _Accepts(list(choices), choices={k: tuple(v) for k, v in choices.items()})
     if origin in (typing.Union, types.UnionType):
-        out = _Accepts([])
+        out, free = _Accepts([]), set()
         for a in args:
             if a is type(None):
                 out.none = True
                 continue
             part = _accepts(a, _MISSING)
-            out.kinds += part.kinds
+            out.kinds += [k for k in part.kinds if k not in out.kinds]
             out.bounds = {**part.bounds, **out.bounds}
             out.items = out.items or part.items
+            free |= set(part.kinds) - set(part.choices)
+            for k, v in part.choices.items():
+                out.choices[k] = out.choices.get(k, ()) + v
+        for k in free:                   # str | Literal["auto"]: any string is allowed
+            out.choices.pop(k, None)
         return out
     if origin in (list, tuple, collections.abc.Sequence) or annotation in (list, tuple):
         return _Accepts([list], items=bounds_of(args[0])[1] if args else None)
@@ -101,7 +112,9 @@ def describe(annotation, default=_MISSING) -> str:
     words = []
     for k in acc.kinds:
         b = acc.bounds.get(k)
-        if k is bool:
+        if k in acc.choices:
+            words.append(_choice_words(acc.choices[k]))
+        elif k is bool:
             words.append("true or false")
         elif k is int:
             words.append(_int_words(b))
@@ -122,12 +135,25 @@ def describe(annotation, default=_MISSING) -> str:
     return " or ".join(dict.fromkeys(words)) or "any value"
 
 
+def _choice_words(values) -> str:
+    """"one of the strings 'a', 'b'", "the string 'auto'", "one of 1, 2"."""
+    shown = [repr(v) for v in values]
+    what = "the string" if isinstance(values[0], str) else ""
+    if len(shown) == 1:
+        return f"{what or 'the value'} {shown[0]}"
+    return f"one of {what + 's ' if what else ''}{', '.join(shown)}"
+
+
 def type_text(annotation, default=_MISSING) -> str:
-    """A short type for help tables: 'int >= 1 | None', 'float in (0, 1]', 'str'."""
+    """A short type for help tables: 'int >= 1 | None', 'float in (0, 1]', 'str', and a
+    ``Literal``'s choices as "'equal' | 'samples'"."""
     acc = _accepts(annotation, default)
     parts = []
     for k in acc.kinds:
         b = acc.bounds.get(k)
+        if k in acc.choices:
+            parts += [repr(v) for v in acc.choices[k]]
+            continue
         name = getattr(k, "__name__", str(k))
         if k is list and acc.items:
             name = f"list of int {acc.items.text()}"
@@ -200,13 +226,22 @@ def _check_int(value: int, b: Bounds | None) -> str:
     return ""
 
 
-def convert(name: str, value, annotation, default=_MISSING, where: str = ""):
+def convert(name: str, value, annotation, default=_MISSING, where: str = "", *,
+            said=None):
     """``value`` as the type ``annotation`` (or the default's type) asks for, checked for
-    finiteness, the 32-bit bound of integers and the ``Bounds`` the annotation declares;
-    ``where`` prefixes the message (e.g. 'ifca: ')."""
+    finiteness, the 32-bit bound of integers, the ``Bounds`` the annotation declares and
+    the choices of a ``Literal``; ``where`` prefixes the message (e.g. 'ifca: '), which
+    says what ``said`` (default: ``annotation``) accepts."""
     acc = _accepts(annotation, default)
     kinds = acc.kinds
-    fail = lambda problem: _fail(where, name, value, annotation, default, problem)
+    said = annotation if said is None else said
+    fail = lambda problem: _fail(where, name, value, said, default, problem)
+    if acc.choices:
+        plain = convert(name, value, _without_choices(annotation), default, where, said=said)
+        allowed = acc.choices.get(type(plain))
+        if allowed is not None and plain not in allowed:
+            fail("is not one of the choices")
+        return plain
     if isinstance(value, CliText):
         try:
             value = _from_text(value, kinds, acc.none)
@@ -241,7 +276,7 @@ def convert(name: str, value, annotation, default=_MISSING, where: str = ""):
                 fail(problem)
             return value
         if list in kinds and acc.items is not None and isinstance(value, int):
-            return convert(name, [value], annotation, default, where)
+            return convert(name, [value], annotation, default, where, said=said)
         fail("is a number")
     if isinstance(value, str):
         if str in kinds:
@@ -264,6 +299,21 @@ def convert(name: str, value, annotation, default=_MISSING, where: str = ""):
     if any(isinstance(value, k) for k in kinds if isinstance(k, type)):
         return value
     fail(f"has type {type(value).__name__}")
+
+
+def _without_choices(annotation):
+    """``annotation`` with every ``Literal`` replaced by its values' types (their bounds and
+    other members kept), for converting a value before its choice is checked."""
+    base, bounds = bounds_of(annotation)
+    origin = typing.get_origin(base)
+    if origin is typing.Literal:
+        kinds = tuple(dict.fromkeys(type(a) for a in typing.get_args(base)))
+        plain = kinds[0] if len(kinds) == 1 else typing.Union[kinds]
+    elif origin in (typing.Union, types.UnionType):
+        plain = typing.Union[tuple(_without_choices(a) for a in typing.get_args(base))]
+    else:
+        return annotation
+    return Annotated[plain, bounds] if bounds is not None else plain
 
 
 @functools.cache

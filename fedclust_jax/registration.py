@@ -19,7 +19,8 @@ three calls.
 What describes a name lives beside it: the one-line help is ``help`` or the first sentence
 of the builder's (algorithm class's) docstring, and each parameter's meaning is its entry
 ``name: meaning`` in the docstring of the builder or of the config class (the convention of
-``fedclust_jax.describe``); ``fedclust-jax list NAME`` shows them.
+``fedclust_jax.describe``), and each parameter's range or choices are in its annotation
+(``Size``, ``Bounds(...)``, ``Literal["a", "b"]``); ``fedclust-jax list NAME`` shows them.
 
 A name already taken is refused (``replace=True`` replaces it). Registration lasts for the
 Python process: the CLI takes ``--plugin FILE.py`` (or the ``FEDCLUST_PLUGINS`` variable,

@@ -7,6 +7,7 @@ metrics, and the model to apply them to new inputs.
     trained.predict(x, client=7)                      # the model client 7 is judged by
     trained.save("run.npz")                           # fedclust-jax run --save-state run.npz
     trained = load_trained("run.npz")
+    data = trained.rebuild_data()                     # the run's own FederatedData
 
 The saved file is an .npz archive read without pickle:
   ``meta``               uint8 bytes of a JSON object: "format" ("fedclust_jax.trained/1"),
@@ -23,7 +24,8 @@ The saved file is an .npz archive read without pickle:
   ``metric/<name>``      float [N, ...], per-client test metrics (test_loss, test_acc, ...)
 bfloat16 leaves are stored as float32 and cast back on load. The model is rebuilt from the
 config (its registered builder, given the data's feature shape, classes and task), so a
-plugin model must be registered before ``load_trained``.
+plugin model must be registered before ``load_trained``; ``rebuild_data`` rebuilds the
+run's data the same way (a plugin dataset registered first).
 """
 
 from __future__ import annotations
@@ -110,6 +112,28 @@ class Trained:
             raise ValueError(f"cluster {cluster} is not one of the {k} cluster models")
         state = None if self.model_state is None else pick(self.model_state, cluster)
         return pick(self.cluster_params, cluster), state
+
+    def rebuild_data(self, data_dir=None):
+        """The run's data, rebuilt from its config: the dataset ``config["dataset"]`` with
+        the parameters ``config["data"]``, from the key the runner gave it
+        (``fedclust_jax.data_key(config["seed"])``, not ``jax.random.key(seed)``), stored
+        in the run's dtype: a ``FederatedData`` with its padded arrays. ``predict`` on its
+        test examples reproduces the run's per-client test metrics. ``data_dir``: where a
+        dataset's files are now, when not where the run read them. A run given its data
+        directly (``run_experiment(cfg, data=...)``) is not rebuilt by this. ValueError
+        (one line) when the dataset is not registered (import or --plugin its file)."""
+        from fedclust_jax.data.registry import DATASETS, build_dataset
+        from fedclust_jax.loop import data_key
+        cfg = self.config
+        name, params = cfg.get("dataset"), dict(cfg.get("data") or {})
+        if name not in DATASETS:
+            raise ValueError(f"the saved run's dataset {name!r} is not registered; import or "
+                             "--plugin the file that registers it before rebuilding its data")
+        if data_dir is not None:
+            params["data_dir"] = str(data_dir)
+        data = build_dataset(name, data_key(cfg.get("seed", 0)), **params).materialize()
+        dtype = cfg.get("dtype", "float32")
+        return data if dtype == "float32" else data.astype(dtype)
 
     def predict(self, x, cluster: int | None = None, client: int | None = None):
         """The model's outputs on ``x`` [n, *feature_shape] (logits [n, C] for

@@ -2,7 +2,8 @@
 compare (a study), a sweep with a parameter traced, checkpoint and resume, and plot.
 FeSEM with the step size traced; FedProx (the local-step mechanism's proximal term) with mu
 traced, equal to FedAvg at mu = 0; SCAFFOLD's per-client control variates against the
-option-II formulas written out by hand."""
+option-II formulas written out by hand; FedAvgM (a field added to FedAvg's state) equal to
+FedAvg at zero momentum and to its server step written out by hand."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from fedclust_jax.experiment import ExperimentConfig, run_experiment, run_study
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 PLUGINS = [str(EXAMPLES / f) for f in ("fesem.py", "swapped_labels.py", "resmlp.py",
-                                        "fedprox.py", "scaffold.py")]
+                                        "fedprox.py", "scaffold.py", "fedavgm.py")]
 DATA = dict(num_clients=8, samples_per_client=16, test_samples_per_client=8)
 PARAMS = dict(num_clusters=2, lr=0.1, steps=5)
 
@@ -215,3 +216,54 @@ def test_scaffold_matches_option_ii_written_out():
     np.testing.assert_allclose(state.params["theta"], x, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(state.control["theta"], c, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(state.client_control["theta"], ci, rtol=1e-4, atol=1e-5)
+
+
+# ---- FedAvgM: a built-in's state extended by a subclass --------------------------------
+
+def test_fedavgm_is_fedavg_at_zero_momentum_and_its_step_by_hand(tmp_path):
+    """At beta = 0 and eta = 1 FedAvgM's run equals FedAvg's; two rounds at beta = 0.5,
+    eta = 0.7 give Hsu et al.'s v and w computed from FedAvg's own rounds; the added
+    state field survives a checkpoint and resume."""
+    import sys
+
+    import jax
+    from fedclust_jax.algorithms.fedavg import FedAvg, FedAvgConfig, GlobalState
+    from fedclust_jax.core.train import LocalTraining
+    from fedclust_jax.models.linear import linear_regression
+    from helpers import small_regression
+    fedavg = run_experiment(config(algorithm="fedavg", params=PROX), progress=False)
+    zero = run_experiment(config(algorithm="fedavgm", params=dict(
+        PROX, server_momentum=0.0, server_lr=1.0)), progress=False)
+    assert zero["history"]["train_loss"] == pytest.approx(fedavg["history"]["train_loss"],
+                                                          rel=1e-5)
+    assert zero["metrics"]["test_loss"] == pytest.approx(fedavg["metrics"]["test_loss"], rel=1e-5)
+
+    fedavgm = sys.modules[registration.load_plugins([str(EXAMPLES / "fedavgm.py")])[0]]
+    data = small_regression(num_clients=4, samples_per_client=5, dim=3, separation=1.0)
+    model = linear_regression(3, init="normal")
+    local = LocalTraining(steps=3, lr=0.05)
+    alg = fedavgm.FedAvgM(model, fedavgm.FedAvgMConfig(local=local, server_momentum=0.5,
+                                                       server_lr=0.7, chunk=None))
+    plain = jax.jit(FedAvg(model, FedAvgConfig(local=local, chunk=None)).round)
+    state = alg.init(jax.random.key(0), data)
+    w, v = np.asarray(state.params["theta"]), np.zeros(3)
+    for t in range(2):
+        key = jax.random.key(10 + t)
+        mean = plain(GlobalState(params={"theta": w}, round=state.round), key, data)[0]
+        state = jax.jit(alg.round)(state, key, data)[0]
+        v = 0.5 * v + (w - np.asarray(mean.params["theta"]))
+        w = w - 0.7 * v
+        np.testing.assert_allclose(state.velocity["theta"], v, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(state.params["theta"], w, rtol=1e-5, atol=1e-7)
+    assert int(state.round) == 2 and np.abs(v).max() > 1e-3
+
+    ck = str(tmp_path / "ck.npz")
+    momentum = dict(PROX, server_momentum=0.5)
+    whole = run_experiment(config(algorithm="fedavgm", params=momentum), progress=False)
+    run_experiment(config(algorithm="fedavgm", params=momentum, rounds=2), progress=False,
+                   checkpoint=ck)
+    resumed = run_experiment(config(algorithm="fedavgm", params=momentum), progress=False,
+                             checkpoint=ck)
+    assert resumed["metrics"]["test_loss"] == pytest.approx(whole["metrics"]["test_loss"],
+                                                            rel=1e-6)
+    assert abs(whole["metrics"]["test_loss"] - zero["metrics"]["test_loss"]) > 1e-4

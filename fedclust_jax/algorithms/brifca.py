@@ -124,7 +124,7 @@ class BRIFCAConfig(ByzantineSetting):
     clip_iters: Count = 1
     gm_iters: Count = 10
     method: str = "auto"
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = (
         ("trim_frac", "projection_radius", "krum_frac", "clip_tau") + ByzantineSetting.TRACED)

@@ -50,7 +50,7 @@ class CFLConfig:
     target_clusters: Size | None = None
     k_max: Size = 8
     local: LocalTraining = LocalTraining()
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("eps1", "eps2")
 

@@ -105,7 +105,7 @@ class ClusterGANConfig:
     optimizer: str = "sgd"
     noise_loss: str = "sum"
     gp_mix: str = "per_sample"
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
     eval_batch: Size = 1024
     width: Size = 64
     fc_width: Size = 1024

@@ -48,7 +48,7 @@ class DittoConfig:
     lam: NonNegative = 1.0
     personal_steps: Size | None = None
     personal_lr: Positive | None = None
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("lam", "personal_lr")
 

@@ -82,7 +82,7 @@ class FCConfig(ByzantineSetting):
     tc_method: str = "gram"
     num_groups: Size = 1
     same_init: bool = True
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("radius", "radius_quantile") + ByzantineSetting.TRACED
 

@@ -47,8 +47,8 @@ class FedAvgConfig:
 
     local: LocalTraining = LocalTraining()
     participation: Fraction = 1.0
-    weighting: str = "equal"
-    chunk: Size | str | None = "auto"
+    weighting: typing.Literal["equal", "samples"] = "equal"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
     sequential: bool = False
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ()

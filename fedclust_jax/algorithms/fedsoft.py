@@ -39,7 +39,7 @@ class FedSoftConfig:
     sigma: Probability = 0.05
     clients_per_cluster: Size = 10
     local: LocalTraining = LocalTraining()
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("sigma",)
 

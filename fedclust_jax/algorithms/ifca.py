@@ -101,13 +101,13 @@ class IFCAConfig:
     static: participation (the number of participants, a shape)."""
 
     num_clusters: Size = 2
-    option: str = "model"
+    option: typing.Literal["gradient", "model"] = "model"
     local: LocalTraining = LocalTraining()
     participation: Fraction = 1.0
-    weighting: str = "equal"
+    weighting: typing.Literal["equal", "samples"] = "equal"
     weight_sharing: bool = False
-    assignment: str = "loss"
-    chunk: Size | str | None = "auto"
+    assignment: typing.Literal["loss", "oracle", "fixed"] = "loss"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
     sequential: bool = False
     clients_per_cluster: Size | None = None
     pretrain_rounds: Count = 0

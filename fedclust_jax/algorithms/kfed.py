@@ -36,7 +36,7 @@ class KFedConfig:
     local_k: Size | None = None
     iters: Size = 50
     restarts: Size = 10
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ()
 

@@ -37,10 +37,10 @@ class LocalConfig:
     freeze_body: train the head only."""
 
     local: LocalTraining = LocalTraining()
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
     pretrain_rounds: Count = 0
     pretrain_participation: Fraction = 1.0
-    weighting: str = "equal"
+    weighting: typing.Literal["equal", "samples"] = "equal"
     freeze_body: bool = False
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ()

@@ -39,7 +39,7 @@ class LocalKMeansConfig:
     n_init: Size = 4
     init: str = "common"
     local: LocalTraining = LocalTraining()
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ()
 

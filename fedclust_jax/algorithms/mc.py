@@ -58,7 +58,7 @@ class MCConfig(ByzantineSetting):
     radius_quantile: Fraction | None = 0.2
     tc_method: str = "points"
     same_init: bool = True
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("alpha", "radius", "radius_quantile") + ByzantineSetting.TRACED
 

@@ -39,7 +39,7 @@ class MyopicConfig(ByzantineSetting):
     local: LocalTraining = LocalTraining(steps=1, lr=0.1)
     kmeans_iters: Count = 20
     same_init: bool = True
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ByzantineSetting.TRACED
 

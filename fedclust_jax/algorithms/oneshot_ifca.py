@@ -50,7 +50,7 @@ class OneShotIFCAConfig:
     k_max: Size | None = None
     participation: Fraction = 1.0
     local: LocalTraining = LocalTraining()
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("lam",)
 

@@ -69,8 +69,8 @@ class OneShotConfig:
     kmeans_iters: Size = 50
     local: LocalTraining = LocalTraining()
     participation: Fraction = 1.0
-    weighting: str = "equal"
-    chunk: Size | str | None = "auto"
+    weighting: typing.Literal["equal", "samples"] = "equal"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
     features: str = "model"
     pretrain_rounds: Count = 0
     pretrain_participation: Fraction = 1.0

@@ -122,7 +122,7 @@ class SRFCAConfig:
     drop_small: bool | None = None
     k_max: Size | None = None
     local: LocalTraining = LocalTraining()
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("lam", "beta")
 

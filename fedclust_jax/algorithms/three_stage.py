@@ -122,7 +122,7 @@ class ThreeStageConfig(ByzantineSetting):
     kmeans_restarts: Size = 1
     trim_frac: TrimFraction = 0.05
     local: LocalTraining = LocalTraining(steps=1, lr=0.01)
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("erm_lr", "trim_frac") + ByzantineSetting.TRACED
 

@@ -95,7 +95,7 @@ class UIFCAConfig:
     init_assign: str = "models"
     model_init: str = "warm"
     assign_with: str = "new"
-    chunk: Size | str | None = "auto"
+    chunk: Size | typing.Literal["auto"] | None = "auto"
     standardize: bool = False
 
     TRACED: typing.ClassVar[tuple[str, ...]] = ("lr", "init_noise")

@@ -57,7 +57,7 @@ class LocalTraining:
     steps: Size = 10
     lr: Positive = 0.1
     batch_size: Size | None = None
-    optimizer: str = "sgd"
+    optimizer: typing.Literal["sgd", "adam"] = "sgd"
     momentum: BelowOne = 0.0
     weight_decay: NonNegative = 0.0
     lr_decay: Fraction = 1.0

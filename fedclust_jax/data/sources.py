@@ -244,11 +244,19 @@ def load_tfds(name: str, data_dir: Path | None = None, download: bool = False, c
 # ---------------------------------------------------------------- dispatch
 
 def load_images(name: str, data_dir=None, *, source: str = "auto", download: bool = False):
-    """(x_train, y_train, x_test, y_test) of a standard image dataset.
+    """(x_train, y_train, x_test, y_test) of a standard image dataset: images float32
+    [n, H, W, C] in [0, 1] (MNIST and Fashion-MNIST [n, 28, 28, 1], CIFAR-10 [n, 32, 32, 3],
+    EMNIST [n, 28, 28, 1] upright), labels int32 [n]; the dataset's own train / test split.
 
     name: mnist, fashion_mnist, cifar10, emnist (emnist only through tfds, config byclass).
+    data_dir: the data root (None: ``$FEDCLUST_DATA``); local files are looked for in
+    ``<root>/<name>/`` (also ``<root>/fashion-mnist/``) and, for mnist and cifar10, in
+    ``<root>`` itself: the four MNIST IDX files (raw or .gz) or ``cifar10.npz`` (arrays
+    x_train, y_train, x_test, y_test).
     source: "local" (IDX / .npz files), "tfds", or "auto" (local files if present, else a
     prepared tfds copy, else tfds download when ``download``).
+    Missing data raises ``DataNotFoundError`` (a FileNotFoundError) naming every place
+    looked and how to provide the files; unreadable files raise ``DataFormatError``.
     """
     if name not in TFDS_NAMES:
         raise ValueError(f"image dataset must be one of {TFDS_NAMES}, got {name!r}")

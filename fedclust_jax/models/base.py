@@ -27,8 +27,12 @@ class Model:
 
     task: "regression" (outputs [n] or [n, 1], squared error (y - f(x))^2 with no 1/2, as
     the IFCA paper) or "classification" (logits [n, C], softmax cross-entropy).
-    head: names of the top-level parameter groups that form the per-cluster head when
-    weights are shared (IFCA weight sharing); the rest is the shared body.
+    head: where the head sits in the params: path prefixes, keys joined by "/" (a top-level
+    group such as ``"fc2"``, or a deeper path such as ``"layers/1"``, the last layer of
+    ``mlp``); a parameter whose path is one of them or lies below one is in the head, every
+    other parameter in the body. IFCA's weight sharing keeps K heads on one body.
+    ``head_mask(params)`` marks the head's leaves; ``with_head(params, head_from)`` joins
+    one tree's body with another's head.
     body_apply(params, x[n, ...]) -> features [n, ...] and head_apply(params, features) ->
     outputs [n, ...]: the forward pass split at the head (None where a model does not
     split), apply(p, x) == head_apply(p, body_apply(p, x)); body_apply reads only the body's
@@ -48,6 +52,29 @@ class Model:
     def splits(self) -> bool:
         """True when the forward pass splits into ``body_apply`` and ``head_apply``."""
         return self.body_apply is not None and self.head_apply is not None
+
+    def head_mask(self, params: Params):
+        """A pytree of bools shaped like ``params`` (one model's, or stacked [K, ...]):
+        True on the head's leaves, False on the body's. ValueError (one line) for a model
+        that declares no ``head``, or one whose ``head`` names no parameter."""
+        from fedclust_jax.core.pytree import head_mask, path_name
+        if not self.head:
+            raise ValueError(f"model {self.name!r} declares no head; give from_nnx(..., "
+                             "head=(\"group\",)) the path of its last layer")
+        mask = head_mask(params, self.head)
+        if not any(jax.tree.leaves(mask)):
+            paths = [path_name(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+            raise ValueError(f"model {self.name!r}: head {list(self.head)} names no parameter; "
+                             f"its parameters are {paths}")
+        return mask
+
+    def with_head(self, params: Params, head_from: Params) -> Params:
+        """``params``' body with ``head_from``'s head: each leaf from ``head_from`` where
+        ``head_mask`` is True, else from ``params``. The two trees share their structure;
+        each leaf is taken whole, so their leading axes must agree where the result is
+        applied (both one model's, or both stacked [K, ...])."""
+        mask = self.head_mask(params)
+        return jax.tree.map(lambda m, b, h: h if m else b, mask, params, head_from)
 
     def example_losses(self, params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
         """Per-example loss [n] float32 (outputs upcast before the loss)."""
@@ -88,6 +115,8 @@ def from_nnx(name: str, make: Callable[[nnx.Rngs], nnx.Module], *, task: str,
     once here (abstractly, no arrays allocated) and merged back inside ``apply``. A module
     with methods ``features(x)`` (the body's output) and ``from_features(h)`` (the head on
     it), whose ``__call__`` is their composition, gives ``body_apply`` / ``head_apply``.
+    ``head``: the path prefixes of the head's parameters (``Model.head``), e.g. ("head",)
+    for a module whose last layer is its attribute ``head``.
     """
     module = nnx.eval_shape(lambda: make(nnx.Rngs(0)))
     graphdef, abstract = nnx.split(module)
