@@ -70,8 +70,8 @@ PyTorch-based peers get ``--threads`` threads (``torch.set_num_threads``; Flower
 ``num_cpus`` per ClientApp, which sets torch's); the plain PyTorch loop ``--torch-threads``.
 
     python benchmarks/peers.py --data-dir DATA [--workloads fedavg-femnist fedavg-mnist ifca-mnist]
-        [--clients 100 1000 10000] [--ifca-code DIR] [--peer-python PY] [--fedjax-python PY]
-        [--repeats 3] [--rounds 4] [--threads 2] [--torch-threads 1 2] [--round-limit 120]
+        [--clients 100 1000 10000] [--writers 50] [--ifca-code DIR] [--peer-python PY]
+        [--fedjax-python PY] [--repeats 3] [--rounds 4] [--threads 2] [--torch-threads 1 2] [--round-limit 120]
         [--out benchmarks/results/peers_cpu.md] [--json benchmarks/results/peers_cpu.json]
         [--plot benchmarks/results/peers_scale_cpu.png]
     python benchmarks/peers.py --quick      # CI size, synthetic data of the real shapes
@@ -158,14 +158,17 @@ def python_of(a, framework: str) -> str:
 
 
 # ------------------------------------------------------------------ the cases
-def cases(workloads, quick: bool, clients=None) -> list[tuple[str, str, dict]]:
+def cases(workloads, quick: bool, clients=None, writers=None) -> list[tuple[str, str, dict]]:
     """(case name, workload, sizes) of every run: one per workload, fedavg-mnist one per m
-    (``clients``, default the workload's), named ``fedavg-mnist-m<M>``."""
+    (``clients``, default the workload's), named ``fedavg-mnist-m<M>``; ``writers``: the
+    FEMNIST writers of fedavg-femnist (default the workload's)."""
     out = []
     for w in workloads:
         s = SIZES[w][1 if quick else 0]
         if w == "fedavg-mnist":
             out += [(f"{w}-m{m}", w, dict(s, clients=int(m))) for m in (clients or s["clients"])]
+        elif w == "fedavg-femnist" and writers:
+            out.append((w, w, dict(s, clients=int(writers))))
         else:
             out.append((w, w, dict(s)))
     return out
@@ -1166,6 +1169,8 @@ def main(argv=None):
     p.add_argument("--clients", nargs="+", type=int, default=None, metavar="M",
                    help="fedavg-mnist: the numbers of clients, one case each (default "
                         "100 1000 10000; --quick 8 16)")
+    p.add_argument("--writers", type=int, default=None, metavar="N",
+                   help="fedavg-femnist: the first N FEMNIST writers (default 50; --quick 4)")
     p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_DATA"),
                    help="folder holding femnist-leaf/ and mnist/ (default $FEDCLUST_DATA)")
     p.add_argument("--ifca-code", metavar="DIR", default=None,
@@ -1212,8 +1217,8 @@ def main(argv=None):
     if ((a.repeats is not None and a.repeats < 1) or a.threads < 1 or min(a.torch_threads) < 1
             or (a.rounds is not None and a.rounds < 2)):
         p.error("--repeats, --threads and --torch-threads must be >= 1 and --rounds >= 2")
-    if a.clients is not None and min(a.clients) < 1:
-        p.error(f"--clients must be whole numbers >= 1, got {a.clients}")
+    if (a.clients is not None and min(a.clients) < 1) or (a.writers is not None and a.writers < 1):
+        p.error("--clients and --writers must be whole numbers >= 1")
     if min(a.round_limit, a.startup_limit) <= 0:
         p.error("--round-limit and --startup-limit must be positive seconds")
     if a.plot and "fedavg-mnist" not in a.workloads:
@@ -1228,7 +1233,7 @@ def main(argv=None):
     a.tolerance = a.tolerance if a.tolerance is not None else (1e-4 if a.quick else 5e-3)
     plan = [(case, w, s, runs_of(a, w, [f for f in WORKLOADS[w]
                                         if a.frameworks is None or f in a.frameworks]))
-            for case, w, s in cases(a.workloads, a.quick, a.clients)]
+            for case, w, s in cases(a.workloads, a.quick, a.clients, a.writers)]
     used = {fw for *_, runs in plan for _, fw, _ in runs}
     missing = missing_peers(a.peer_python, used - set(OWN_PYTHON))
     fedjax = (a.fedjax_python, missing_peers(a.fedjax_python, used & {"fedjax"}))
