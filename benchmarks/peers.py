@@ -983,6 +983,8 @@ def run_child(args, framework: str, folder: str, threads: int | None = None) -> 
                 line = lines.get(timeout=max(0.0, deadline - time.perf_counter()))
             except queue.Empty:
                 _stop(proc)
+                if record is not None:        # done, but slow to exit: its record stands
+                    break
                 return dict(timeout_s=limit, rounds_done=max(0, marks - 1), phase=phase,
                             error=f"stopped: {phase} took more than {limit:g} s",
                             wall_s=time.perf_counter() - t0)
