@@ -13,6 +13,11 @@ Parts, in order, each a subprocess with what is left of ``--budget`` (capped per
   roofline     ``roofline.py`` in float32 and bfloat16: FLOPs, bytes, seconds and fraction
                of the probed GEMM / copy peak of every hot program
   sweep, scale ``sweep_speed.py``, ``scale.py``
+  peers-scale  ``peers.py --workloads fedavg-mnist`` for ours and FedJAX at m = 1,000, 10,000
+               and 100,000 clients (``--quick`` in a dry run); FedJAX runs when the device's
+               Python imports it (carry its wheels: ``fedjax==0.0.17``, ``dm-haiku==0.0.17``,
+               ``jmp``; the FedJAX child supplies ``jax.tree_map`` on a newer JAX), else ours
+               alone (``peers_scale.md`` names the frameworks that ran)
   <table id>   every study file (``TABLES``: the tables still owed a full run first, then the rest of
                ``reproduce.table_ids()``) through ``python -m fedclust_jax.reproduce <id>
                --data-dir D --out <out>/<paper>`` (``--quick`` in a dry run); copy its
@@ -38,6 +43,7 @@ from ``--source``, at most 64 MiB).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shlex
@@ -55,9 +61,10 @@ from fedclust_jax.reproduce import table_ids  # noqa: E402
 FIRST = ("ifca-table1", "ifca-figure3b", "ifca-figure3c", "ifca-figure3d", "ifca-table2",
          "ifca-table2code", "srfca-table4", "ifca-figure3a")
 TABLES = FIRST + tuple(t for t in table_ids() if t not in FIRST)
-PARTS = ("tests", "memory", "roofline", "roofline-bf16", "sweep", "scale", *TABLES)
+PARTS = ("tests", "memory", "roofline", "roofline-bf16", "sweep", "scale", "peers-scale", *TABLES)
 CAPS = {"tests": 100, "memory": 60, "roofline": 90, "roofline-bf16": 60, "sweep": 120,
-        "scale": 180}   # seconds; tables: the rest
+        "scale": 180, "peers-scale": 300}   # seconds; tables: the rest
+PEERS_SCALE_CLIENTS = ("1000", "10000", "100000")
 TESTS = ["tests/core/test_precision.py", "tests/algorithms/test_ifca.py",
          "tests/algorithms/test_srfca.py", "tests/core/test_robust.py", "tests/core/test_streaming.py"]
 DRY_TESTS = ["tests/core/test_robust.py::test_validation"]
@@ -132,6 +139,15 @@ def part_command(part: str, a, out: Path, done: Done, budget: float):
         size = ["--quick", "--max-clients", "1000", "--rounds", "1"] if dry else []
         return [py, "benchmarks/scale.py", *size, "--data-dir", data, "--markdown",
                 str(out / "scale.md"), "--json", str(out / "scale.json")], {}
+    if part == "peers-scale":
+        fedjax = importlib.util.find_spec("fedjax") is not None
+        size = (["--quick", "--clients", "4", "--rounds", "2"] if dry else
+                ["--data-dir", data, "--clients", *PEERS_SCALE_CLIENTS, "--rounds", "4"])
+        return [py, "benchmarks/peers.py", "--workloads", "fedavg-mnist", "--frameworks",
+                "fedclust_jax", *(["fedjax"] if fedjax else []), *size, "--repeats", "1",
+                "--fedjax-python", py, "--round-limit", "60", "--startup-limit", "120",
+                "--json", str(out / "peers_scale.json"), "--out", str(out / "peers_scale.md"),
+                "--plot", str(out / "peers_scale.png")], {}
     if part.startswith("roofline"):
         dtype = "bfloat16" if part.endswith("bf16") else "float32"
         return [py, "benchmarks/roofline.py", *(["--quick"] if dry else []), "--dtype", dtype,

@@ -8,7 +8,18 @@ Workloads (``--workloads``):
                   ``fedclust-jax run --algorithm fedavg --dataset femnist``.
                   Frameworks: fedclust_jax, plain PyTorch (clients one after another), Flower
                   (a ClientApp and a ServerApp with the FedAvg strategy, ``run_simulation``),
-                  pfl (its PyTorch simulation, ``FederatedAveraging``).
+                  pfl (its PyTorch simulation, ``FederatedAveraging``) and FedJAX
+                  (``fedjax.algorithms.fed_avg`` with the same CNN in Haiku).
+  fedavg-mnist    FedAvg with many clients: m clients (``--clients``, default 100, 1,000 and
+                  10,000, one case ``fedavg-mnist-m<M>`` each) of n = 60 MNIST images, IID
+                  (``ifca-rotated-mnist`` with one cluster: disjoint shards of the 60,000
+                  training images up to m = 1,000; above that each client's 60 images are
+                  drawn with replacement from the 60,000, so every image appears about
+                  m * 60 / 60,000 times), the MLP 784-200-10, 5 local SGD steps of batch 10
+                  at lr 0.05, every client every round. Frameworks: as fedavg-femnist (the
+                  MLP in each). The plain PyTorch loop runs once per ``--torch-threads``
+                  value, each its own row (``pytorch-<T>t``); the speed-up over the fastest
+                  peer counts the fastest of them.
   ifca-mnist      IFCA option II on rotated MNIST (IFCA Table 1): m clients x n images, K = 4,
                   the MLP 784-200-10, tau = 10 full-batch steps at lr 0.1. Frameworks:
                   fedclust_jax and the IFCA authors' code (``--ifca-code DIR``: a folder with
@@ -21,16 +32,26 @@ The same work: this process builds our data and our initial parameters (``loop.i
 from the run's key, as the runner does) and writes them, in each framework's layout, to a
 scratch folder; for FedAvg it also writes the minibatches our local steps draw (indices and
 masks of every round, client and step, from ``core.train.shuffled_order`` and ``minibatch``
-with the round's client keys), and every framework trains on exactly those. Each framework
-reports, per round, the training loss of the round's starting model(s): the mean over
-clients of the client's loss on its training data (FedAvg: of the global model, which our
-round computes as it starts; IFCA: of the client's best cluster model, which the authors'
-code prints after each round). They must agree with ours within ``--tolerance`` (relative):
-that is the check that the frameworks do the same work. Round 0 (the same model on the same
-data) agrees to float32 rounding (1e-7); from there the frameworks' convolutions round
-differently and SGD carries the differences on: 4e-4 after two FedAvg rounds on FEMNIST,
-hence the default 5e-3 over 4 rounds (1e-4 for --quick, whose small rounds stay at 1e-7).
-The IFCA authors' full-batch steps on the same data agree to 1e-7.
+with the round's client keys), and every framework trains on exactly those. MNIST images
+travel as bytes and every framework reads byte b as the float32 b / 255, as our views do.
+Each framework reports, per round, the training loss of the round's starting model(s): the
+mean over clients of the client's loss on its training data (FedAvg: of the global model,
+which our round computes as it starts; IFCA: of the client's best cluster model, which the
+authors' code prints after each round). They must agree with ours within ``--tolerance``
+(relative): that is the check that the frameworks do the same work. Round 0 (the same model
+on the same data) agrees to float32 rounding (1e-7); from there the frameworks' convolutions
+round differently and SGD carries the differences on: 4e-4 after two FedAvg rounds on
+FEMNIST, hence the default 5e-3 over 4 rounds (1e-4 for --quick, whose small rounds stay at
+1e-7). The IFCA authors' full-batch steps on the same data agree to 1e-7.
+
+FedJAX runs from its own Python (``--fedjax-python``): FedJAX 0.0.17 calls ``jax.tree_map``,
+which JAX removed in 0.6, so it needs a JAX older than ours (benchmarks/README.md says how to
+make that environment). Its FedAvg weights each client by ``len()`` of its client dataset;
+the datasets handed to it here have length 1 (and yield the round's exported minibatches
+from ``shuffle_repeat_batch``), so its mean is the equal mean ours takes. On a JAX without
+``jax.tree_map`` (an accelerator image) the child supplies ``jax.tree_map`` and
+``jax.tree_util.tree_multimap`` as ``jax.tree.map`` before importing FedJAX and says so in
+the record's version.
 
 Timing: every framework runs in a child process per pass (``--repeats`` passes, the
 frameworks in turn within each, so the machine's load falls on all of them alike);
@@ -38,21 +59,28 @@ start-up (process start to the first round: imports, data, model, Ray for Flower
 apart from the rounds; the first round (ours: compilation) is reported alone; "s / round"
 is the median of the later rounds (ours compiles its round once more in the second, when the
 state comes back split over the host devices: a median of three later rounds leaves that
-out), and the table gives the median over passes. The 1-minute
-load before each run and every framework's thread count are recorded. Ours runs as the
-command line does (one host device per core, client walks split over them:
-``fedclust_jax.hostdevices``) through ``experiment.run_experiment`` with one round per
-compiled chunk, so each round is timed. The PyTorch-based peers get ``--threads`` threads
-(``torch.set_num_threads``; Flower: Ray's ``num_cpus`` per ClientApp, which sets torch's).
+out), and the table gives the median over passes. A child whose start-up takes more than
+``--startup-limit`` seconds or one of whose rounds takes more than ``--round-limit`` seconds
+is stopped (with every process it started) and recorded as ``"seconds_per_round": null,
+"timeout_s": LIMIT``, printed "> LIMIT". The 1-minute load before each run and every
+framework's thread count are recorded. Ours runs as the command line does (one host device
+per core, client walks split over them: ``fedclust_jax.hostdevices``) through
+``experiment.run_experiment`` with one round per compiled chunk, so each round is timed. The
+PyTorch-based peers get ``--threads`` threads (``torch.set_num_threads``; Flower: Ray's
+``num_cpus`` per ClientApp, which sets torch's); the plain PyTorch loop ``--torch-threads``.
 
-    python benchmarks/peers.py --data-dir DATA [--workloads fedavg-femnist ifca-mnist]
-        [--ifca-code DIR] [--peer-python PY] [--repeats 3] [--rounds 4] [--threads 2]
+    python benchmarks/peers.py --data-dir DATA [--workloads fedavg-femnist fedavg-mnist ifca-mnist]
+        [--clients 100 1000 10000] [--writers 50] [--ifca-code DIR] [--peer-python PY]
+        [--fedjax-python PY] [--repeats 3] [--rounds 4] [--threads 2] [--torch-threads 1 2] [--round-limit 120]
         [--out benchmarks/results/peers_cpu.md] [--json benchmarks/results/peers_cpu.json]
+        [--plot benchmarks/results/peers_scale_cpu.png]
     python benchmarks/peers.py --quick      # CI size, synthetic data of the real shapes
 
 The peers come with the ``[peers]`` extra (``pip install -e ".[peers]"``: torch,
-``flwr[simulation]``, pfl) or from another Python (``--peer-python``); when they are missing
-the script says so in one line and exits with code 2.
+``flwr[simulation]``, pfl) or from another Python (``--peer-python``), FedJAX from its own
+(``--fedjax-python``); when one is missing the script says so in one line and exits with
+code 2. ``--plot`` (seconds per round against m, log-log, one line per framework) needs
+matplotlib (the ``[bench]`` extra).
 """
 
 from __future__ import annotations
@@ -61,10 +89,13 @@ import argparse
 import json
 import os
 import platform
+import queue
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,16 +103,21 @@ sys.path.insert(0, HERE)
 from _common import output_file, printed_to  # noqa: E402
 
 PEER_MODULES = {"torch": "torch", "flwr": "flwr[simulation]", "ray": "flwr[simulation]",
-                "pfl": "pfl"}
-WORKLOADS = {"fedavg-femnist": ("fedclust_jax", "pytorch", "flower", "pfl"),
+                "pfl": "pfl", "fedjax": "fedjax", "haiku": "dm-haiku"}
+FEDAVG_FRAMEWORKS = ("fedclust_jax", "pytorch", "flower", "pfl", "fedjax")
+WORKLOADS = {"fedavg-femnist": FEDAVG_FRAMEWORKS, "fedavg-mnist": FEDAVG_FRAMEWORKS,
              "ifca-mnist": ("fedclust_jax", "ifca-authors")}
 PEERS_OF = {"pytorch": ("torch",), "flower": ("torch", "flwr", "ray"), "pfl": ("torch", "pfl"),
-            "ifca-authors": ("torch",)}
-# Full and --quick sizes. FedAvg: N writers; IFCA: m clients x n images.
+            "ifca-authors": ("torch",), "fedjax": ("fedjax", "haiku")}
+OWN_PYTHON = {"fedjax": "fedjax_python"}     # frameworks run from their own Python
+# Full and --quick sizes. FedAvg: N writers / m clients of n images; IFCA: m clients x n.
 SIZES = {"fedavg-femnist": (dict(clients=50, steps=5, batch=100, lr=0.04),
                             dict(clients=4, n=40, steps=3, batch=10, lr=0.04)),
+         "fedavg-mnist": (dict(clients=(100, 1000, 10000), n=60, steps=5, batch=10, lr=0.05),
+                          dict(clients=(8, 16), n=20, steps=3, batch=10, lr=0.05)),
          "ifca-mnist": (dict(clients=2400, n=100, clusters=4, steps=10, lr=0.1),
                         dict(clients=16, n=20, clusters=4, steps=3, lr=0.1))}
+MNIST_TRAIN = 60000
 
 
 # ------------------------------------------------------------------ what is missing
@@ -100,16 +136,48 @@ def missing_peers(python: str, frameworks) -> list[str]:
     return sorted({PEER_MODULES[m] for m in absent})
 
 
-def missing_line(python: str, missing: list[str]) -> str:
-    return (f"peers.py: {python} lacks {', '.join(missing)}; install the extra "
-            f"(pip install -e \".[peers]\") or name a Python that has them with --peer-python")
+def missing_line(python: str, missing: list[str], fedjax: tuple | None = None) -> str:
+    """The one line naming what is missing: the peers' Python's extra, and (``fedjax``:
+    (python, missing)) FedJAX's own Python."""
+    parts = []
+    if missing:
+        parts.append(f"{python} lacks {', '.join(missing)}; install the extra "
+                     f"(pip install -e \".[peers]\") or name a Python that has them with "
+                     f"--peer-python")
+    if fedjax and fedjax[1]:
+        parts.append(f"{fedjax[0]} lacks {', '.join(fedjax[1])}; make FedJAX's own Python "
+                     f"(benchmarks/README.md, \"Peers\") and name it with --fedjax-python")
+    return "peers.py: " + "; ".join(parts)
+
+
+def python_of(a, framework: str) -> str:
+    """The Python that runs ``framework``'s child."""
+    if framework == "fedclust_jax":
+        return sys.executable
+    return getattr(a, OWN_PYTHON.get(framework, "peer_python"))
+
+
+# ------------------------------------------------------------------ the cases
+def cases(workloads, quick: bool, clients=None, writers=None) -> list[tuple[str, str, dict]]:
+    """(case name, workload, sizes) of every run: one per workload, fedavg-mnist one per m
+    (``clients``, default the workload's), named ``fedavg-mnist-m<M>``; ``writers``: the
+    FEMNIST writers of fedavg-femnist (default the workload's)."""
+    out = []
+    for w in workloads:
+        s = SIZES[w][1 if quick else 0]
+        if w == "fedavg-mnist":
+            out += [(f"{w}-m{m}", w, dict(s, clients=int(m))) for m in (clients or s["clients"])]
+        elif w == "fedavg-femnist" and writers:
+            out.append((w, w, dict(s, clients=int(writers))))
+        else:
+            out.append((w, w, dict(s)))
+    return out
 
 
 # ------------------------------------------------------------------ our side: export
-def femnist_like(quick: bool, data_dir, clients: int, seed: int = 0):
+def femnist_like(quick: bool, data_dir, clients: int, s: dict | None = None, seed: int = 0):
     """Our FedAvg data: FEMNIST's first ``clients`` writers (the runner's data key), or for
     --quick a synthetic stand-in of its shapes with unequal counts."""
-    import jax
     import jax.numpy as jnp
 
     from fedclust_jax import loop
@@ -118,10 +186,31 @@ def femnist_like(quick: bool, data_dir, clients: int, seed: int = 0):
         return build_dataset("femnist", loop.data_key(seed), num_clients=clients,
                              data_dir=data_dir)
     from _common import synthetic_data
-    s = SIZES["fedavg-femnist"][1]
+    s = s or SIZES["fedavg-femnist"][1]
     data = synthetic_data(clients, s["n"], (28, 28, 1), 62, seed=seed)
     count = jnp.asarray([s["n"] - (11 * i) % s["n"] for i in range(clients)], jnp.int32)
     return data.replace(count=count)         # unequal counts, one below the batch size
+
+
+def mnist_shards(quick: bool, data_dir, s: dict, seed: int = 0):
+    """Our many-clients FedAvg data: ``ifca-rotated-mnist`` with one cluster (the runner's
+    data key), m = s["clients"] clients of n = s["n"] training images (views of the MNIST
+    pool; drawn with replacement when m * n exceeds the 60,000) and 10 test images; for
+    --quick synthetic 784-pixel images on the 1/255 grid."""
+    import jax.numpy as jnp
+
+    from fedclust_jax import loop
+    m, n = s["clients"], s["n"]
+    if not quick:
+        from fedclust_jax.data.registry import build_dataset
+        return build_dataset("ifca-rotated-mnist", loop.data_key(seed), num_clusters=1,
+                             num_clients=m, n=n, n_test=10, replace=m * n > MNIST_TRAIN,
+                             data_dir=data_dir)
+    import numpy as np
+    from _common import synthetic_data
+    data = synthetic_data(m, n, (784,), 10, seed=seed)
+    grid = lambda a: jnp.asarray(byte_values()[np.rint(np.asarray(a) * 255).astype(np.uint8)])  # noqa: E731
+    return data.replace(x=grid(data.x), x_test=grid(data.x_test))
 
 
 def rotated_mnist_like(quick: bool, data_dir, s: dict, seed: int = 0):
@@ -146,29 +235,52 @@ def rotated_mnist_like(quick: bool, data_dir, s: dict, seed: int = 0):
                         x_test=x[:, :1].reshape(s["clients"], 1, 784))
 
 
-def our_setup(workload: str, quick: bool, data_dir, seed: int = 0):
-    """(ExperimentConfig params, data, algorithm, initial params) of our run of
-    ``workload``: the algorithm as the runner builds it, the initial params as
+def workload_data(workload: str, quick: bool, data_dir, s: dict, seed: int = 0):
+    """Our data of ``workload`` at sizes ``s``."""
+    if workload == "fedavg-femnist":
+        return femnist_like(quick, data_dir, s["clients"], s, seed)
+    if workload == "fedavg-mnist":
+        return mnist_shards(quick, data_dir, s, seed)
+    return rotated_mnist_like(quick, data_dir, s, seed)
+
+
+def our_config(workload: str, s: dict) -> dict:
+    """(dataset, model, model_args, algorithm, params) of our run of ``workload``: what
+    ``ExperimentConfig`` and ``build_algorithm`` take."""
+    if workload == "fedavg-femnist":
+        return dict(dataset="femnist", model="femnist-cnn", model_args={}, algorithm="fedavg",
+                    params=dict(lr=s["lr"], steps=s["steps"], batch_size=s["batch"]))
+    if workload == "fedavg-mnist":
+        return dict(dataset="ifca-rotated-mnist", model="mlp", model_args=dict(hidden=200),
+                    algorithm="fedavg",
+                    params=dict(lr=s["lr"], steps=s["steps"], batch_size=s["batch"]))
+    return dict(dataset="ifca-rotated-mnist", model="mlp", model_args=dict(hidden=200),
+                algorithm="ifca", params=dict(num_clusters=s["clusters"], option="model",
+                                              lr=s["lr"], steps=s["steps"]))
+
+
+def our_setup(workload: str, quick: bool, data_dir, s: dict, seed: int = 0):
+    """(algorithm params, data, algorithm, initial params) of our run of ``workload`` at
+    sizes ``s``: the algorithm as the runner builds it, the initial params as
     ``loop.init_states`` makes them from the run key of ``seed`` (restart 0)."""
     import jax
 
     from fedclust_jax import loop
     from fedclust_jax.algorithms.registry import build_algorithm
     from fedclust_jax.models.registry import build_model
-    s = SIZES[workload][1 if quick else 0]
-    if workload == "fedavg-femnist":
-        data = femnist_like(quick, data_dir, s["clients"], seed)
-        model = build_model("femnist-cnn", data)
-        params = dict(lr=s["lr"], steps=s["steps"], batch_size=s["batch"])
-        alg = build_algorithm("fedavg", model, params, data)
-    else:
-        data = rotated_mnist_like(quick, data_dir, s, seed)
-        model = build_model("mlp", data, hidden=200)
-        params = dict(num_clusters=s["clusters"], option="model", lr=s["lr"], steps=s["steps"])
-        alg = build_algorithm("ifca", model, params, data)
+    data = workload_data(workload, quick, data_dir, s, seed)
+    c = our_config(workload, s)
+    model = build_model(c["model"], data, **c["model_args"])
+    alg = build_algorithm(c["algorithm"], model, c["params"], data)
     init_keys, _ = loop.restart_keys(loop.run_key(seed), 1)
     states = jax.jit(lambda k, d: loop.init_states(alg, k, d))(init_keys, data)
-    return params, data, alg, jax.tree.map(lambda a: a[0], states.params)
+    return c["params"], data, alg, jax.tree.map(lambda a: a[0], states.params)
+
+
+def slots(data) -> int:
+    """n_max: the training slots of one client (without materialising views)."""
+    import jax
+    return int(jax.eval_shape(lambda d: d.train_client(0), data)[0].shape[0])
 
 
 def fedavg_batches(data, steps: int, batch: int, rounds: int, seed: int = 0):
@@ -184,15 +296,15 @@ def fedavg_batches(data, steps: int, batch: int, rounds: int, seed: int = 0):
     from fedclust_jax.core.participation import participants
     from fedclust_jax.core.train import minibatch, shuffled_order
     _, round_keys = loop.restart_keys(loop.run_key(seed), 1)
-    n, n_max = data.num_clients, data.x.shape[1]
+    n, n_max, count = data.num_clients, slots(data), data.count
 
     @jax.jit
     def one_round(t):
         ids, keys = participants(jax.random.fold_in(round_keys[0], t), n, 1.0)
 
         def client(i, key):
-            order = shuffled_order(key, data.count[i], n_max)
-            return jax.vmap(lambda s: minibatch(order, s, data.count[i], batch))(jnp.arange(steps))
+            order = shuffled_order(key, count[i], n_max)
+            return jax.vmap(lambda s: minibatch(order, s, count[i], batch))(jnp.arange(steps))
         return jax.vmap(client)(ids, keys)
     idx, mask = zip(*(one_round(t) for t in range(rounds)))
     return np.stack(idx).astype(np.int32), np.stack(mask)
@@ -213,37 +325,89 @@ def torch_layout_cnn(params) -> dict:
             "fc2.weight": p["fc2"]["kernel"].T.copy(), "fc2.bias": p["fc2"]["bias"]}
 
 
-def torch_layout_mlp(params, k: int) -> dict:
-    """Cluster model k of our MLP 784-200-10 ([K, ...] params) as the IFCA authors'
-    ``SimpleLinear`` state dict (fc1, fc2) of numpy arrays."""
+def torch_layout_mlp(params, k: int | None) -> dict:
+    """Cluster model k of our MLP 784-200-10 ([K, ...] params; k None: one model's params)
+    as a state dict (fc1, fc2: the IFCA authors' ``SimpleLinear``, ``TorchMLP``) of numpy
+    arrays."""
     import numpy as np
-    layer = lambda i, name: np.asarray(params["layers"][i][name][k])
+    pick = (lambda a: np.asarray(a)) if k is None else (lambda a: np.asarray(a[k]))
+    layer = lambda i, name: pick(params["layers"][i][name])   # noqa: E731
     return {"fc1.weight": layer(0, "kernel").T.copy(), "fc1.bias": layer(0, "bias"),
             "fc2.weight": layer(1, "kernel").T.copy(), "fc2.bias": layer(1, "bias")}
 
 
-def export(workload: str, quick: bool, data_dir, rounds: int, folder: str) -> dict:
-    """Writes the workload's data, initial params and (FedAvg) minibatches to ``folder``
-    for the peers; returns the spec (also written as spec.json)."""
+def haiku_layout(params, workload: str) -> dict:
+    """Our FedAvg model's params as the Haiku modules of ``child_fedjax``'s models
+    ({"module/w" or "module/b": numpy array}): Haiku keeps our layouts (conv kernels HWIO,
+    dense kernels [in, out], NHWC flattened as (h, w, c)), so only the names change."""
     import numpy as np
-    params, data, alg, init = our_setup(workload, quick, data_dir)
-    s = SIZES[workload][1 if quick else 0]
-    spec = dict(s, workload=workload, quick=quick, rounds=rounds, data_dir=data_dir,
-                clients=int(data.num_clients))
-    if hasattr(data, "materialize"):         # views: every client's images, transformed
-        data = data.materialize()
-    count = np.asarray(data.count)
-    save = lambda name, a: np.save(os.path.join(folder, f"{name}.npy"), a)  # noqa: E731
-    save("y", np.asarray(data.y).astype(np.int64))
-    save("count", count)
     if workload == "fedavg-femnist":
-        x = np.asarray(data.x, np.float32)                    # [N, n_max, 28, 28, 1]
+        layers = {name: params[name] for name in ("conv1", "conv2", "fc1", "fc2")}
+    else:
+        layers = {"fc1": params["layers"][0], "fc2": params["layers"][1]}
+    return {f"{name}/{short}": np.asarray(layer[ours]) for name, layer in layers.items()
+            for short, ours in (("w", "kernel"), ("b", "bias"))}
+
+
+def mnist_bytes(data):
+    """(x uint8 [N, n, 784], y int64 [N, n]) of our fedavg-mnist data: the pool rows of every
+    client (views) or the 1/255-grid floats as bytes (--quick); checked against client 0's
+    read."""
+    import numpy as np
+    if hasattr(data, "pool_x"):
+        index = np.asarray(data.index)
+        x = np.asarray(data.pool_x)[index].reshape(index.shape[0], index.shape[1], -1)
+        y = np.asarray(data.pool_y)[index]
+    else:
+        f = np.asarray(data.x, np.float32)
+        x = np.rint(f * 255).astype(np.uint8).reshape(f.shape[0], f.shape[1], -1)
+        y = np.asarray(data.y)
+    x0, y0, _ = data.train_client(0)
+    table = byte_values()
+    if not (np.array_equal(table[x[0]], np.asarray(x0, np.float32).reshape(x[0].shape))
+            and np.array_equal(y[0], np.asarray(y0))):
+        raise SystemExit("peers.py: the exported MNIST bytes do not read as our client 0")
+    return x, y.astype(np.int64)
+
+
+def byte_values():
+    """float32[256]: byte b -> b / 255 (numpy's float32 division, as our views' table)."""
+    import numpy as np
+    return np.arange(256, dtype=np.float32) / np.float32(255)
+
+
+def export(workload: str, quick: bool, data_dir, rounds: int, folder: str, s: dict,
+           peers: bool = True) -> dict:
+    """Writes the workload's data, initial params and (FedAvg) minibatches to ``folder``
+    for the peers (``peers`` False: the spec alone, for a run of ours only); returns the
+    spec (also written as spec.json)."""
+    import numpy as np
+    params, data, alg, init = our_setup(workload, quick, data_dir, s)
+    spec = dict(s, workload=workload, quick=quick, rounds=rounds, data_dir=data_dir,
+                clients=int(data.num_clients), ours_params=params)
+    save = lambda name, a: np.save(os.path.join(folder, f"{name}.npy"), a)  # noqa: E731
+    if peers and workload.startswith("fedavg"):
         idx, mask = fedavg_batches(data, s["steps"], s["batch"], rounds)
-        save("x", np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3)))   # NCHW
         save("idx", idx)
         save("mask", mask)
-        np.savez(os.path.join(folder, "init.npz"), **torch_layout_cnn(init))
-    else:
+        save("count", np.asarray(data.count))
+        if workload == "fedavg-femnist":
+            x = np.asarray(data.x, np.float32)                    # [N, n_max, 28, 28, 1]
+            save("x", np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3)))   # NCHW
+            save("y", np.asarray(data.y).astype(np.int64))
+            np.savez(os.path.join(folder, "init.npz"), **torch_layout_cnn(init))
+        else:
+            x, y = mnist_bytes(data)
+            save("x", x)
+            save("y", y)
+            np.savez(os.path.join(folder, "init.npz"), **torch_layout_mlp(init, None))
+        np.savez(os.path.join(folder, "init_haiku.npz"), **haiku_layout(init, workload))
+    elif peers:
+        if hasattr(data, "materialize"):         # views: every client's images, transformed
+            data = data.materialize()
+        count = np.asarray(data.count)
+        save("y", np.asarray(data.y).astype(np.int64))
+        save("count", count)
         x = np.asarray(data.x, np.float32).reshape(len(count), -1, 28, 28)
         byte = np.rint(x * 255)
         if np.abs(byte - x * 255).max() > 1e-3:
@@ -252,13 +416,19 @@ def export(workload: str, quick: bool, data_dir, rounds: int, folder: str) -> di
         np.savez(os.path.join(folder, "init.npz"),
                  **{f"{k}.{name}": v for k in range(s["clusters"])
                     for name, v in torch_layout_mlp(init, k).items()})
-    spec["ours_params"] = params
     with open(os.path.join(folder, "spec.json"), "w") as f:
         json.dump(spec, f)
     return spec
 
 
 # ------------------------------------------------------------------ children
+def _mark(marks: list) -> None:
+    """Appends the time to ``marks`` and tells the parent (one stdout line), which stops a
+    child whose start-up or round runs past its limit."""
+    marks.append(time.perf_counter())
+    print(json.dumps({"peers_mark": len(marks)}), flush=True)
+
+
 def child_ours(spec: dict, folder: str) -> dict:
     """Our run of the workload as the command line runs it (its host devices,
     ``hostdevices.force_host_devices`` before JAX starts, and its client walks split over
@@ -271,49 +441,59 @@ def child_ours(spec: dict, folder: str) -> dict:
 
     from fedclust_jax import experiment
     from fedclust_jax.core.clients import resolve_chunk
-    quick, s, workload = spec["quick"], spec, spec["workload"]
+    workload = spec["workload"]
     marks: list[float] = []
 
     class Timer(experiment.Progress):
         def __init__(self, *a, **k):
             super().__init__(*a, **k)
-            marks.append(time.perf_counter())
+            _mark(marks)
 
         def update(self, done, extra=""):
-            marks.append(time.perf_counter())
+            _mark(marks)
 
     experiment.Progress = Timer
-    if workload == "fedavg-femnist":
-        data = femnist_like(quick, spec["data_dir"], s["clients"])
-        cfg = experiment.ExperimentConfig(dataset="femnist", model="femnist-cnn", algorithm="fedavg",
-                                          params=spec["ours_params"], rounds=spec["rounds"],
-                                          rounds_per_chunk=1)
-    else:
-        data = rotated_mnist_like(quick, spec["data_dir"], s)
-        cfg = experiment.ExperimentConfig(dataset="ifca-rotated-mnist", model="mlp",
-                                          model_args=dict(hidden=200), algorithm="ifca",
-                                          params=spec["ours_params"], rounds=spec["rounds"],
-                                          rounds_per_chunk=1)
+    data = workload_data(workload, spec["quick"], spec["data_dir"], spec)
+    c = our_config(workload, spec)
+    cfg = experiment.ExperimentConfig(dataset=c["dataset"], model=c["model"],
+                                      model_args=c["model_args"], algorithm=c["algorithm"],
+                                      params=spec["ours_params"], rounds=spec["rounds"],
+                                      rounds_per_chunk=1)
     with split_over_host_devices() as mesh:
         out = experiment.run_experiment(cfg, data=data, progress=False)
     rounds = [b - a for a, b in zip(marks, marks[1:])]
     split = mesh is not None and data.num_clients % mesh.devices.size == 0
+    backend = jax.default_backend()
+    where = (f"XLA CPU, {os.cpu_count()} cores, {jax.device_count()} host device(s)"
+             if backend == "cpu" else f"{jax.devices()[0].device_kind}")
     return dict(startup_s=marks[0] - t_start, round_s=rounds,
-                loss=out["history"]["train_loss"],
-                threads=f"XLA CPU, {os.cpu_count()} cores, {jax.device_count()} host device(s)",
-                layout=f"chunk {resolve_chunk('auto', data.num_clients)}"
+                loss=out["history"]["train_loss"], threads=where,
+                layout=f"chunk {out['layout']['chunk'] if backend != 'cpu' else resolve_chunk('auto', data.num_clients)}"
                        + (f", walks split over {mesh.devices.size} host devices" if split else ""),
                 version=f"fedclust_jax, jax {jax.__version__}")
 
 
-def _torch_femnist():
-    """The FEMNIST CNN as a ``torch.nn.Module`` (NCHW), with the ``loss`` and ``metrics``
-    methods pfl asks of a module."""
+def _torch_net(workload: str):
+    """The workload's model as a ``torch.nn.Module`` class (the FEMNIST CNN, NCHW; or the MLP
+    784-200-10 on flat images), with the ``loss`` and ``metrics`` methods pfl asks of a
+    module."""
     import torch
     import torch.nn.functional as F
     from torch import nn
 
-    class TorchFemnistCNN(nn.Module):
+    class PflMethods:
+        def loss(self, x, y, eval=False):
+            self.eval() if eval else self.train()
+            return F.cross_entropy(self(x), y)
+
+        def metrics(self, x, y, eval=False):
+            from pfl.metrics import Weighted
+            self.eval() if eval else self.train()
+            with torch.no_grad():
+                loss = F.cross_entropy(self(x), y, reduction="sum").item()
+            return {"loss": Weighted(loss, len(y))}
+
+    class TorchFemnistCNN(PflMethods, nn.Module):
         def __init__(self, classes=62):
             super().__init__()
             self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
@@ -326,18 +506,16 @@ def _torch_femnist():
             x = F.max_pool2d(F.relu(self.conv2(x)), 2)
             return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
-        def loss(self, x, y, eval=False):
-            self.eval() if eval else self.train()
-            return F.cross_entropy(self(x), y)
+    class TorchMLP(PflMethods, nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(784, 200)
+            self.fc2 = nn.Linear(200, 10)
 
-        def metrics(self, x, y, eval=False):
-            from pfl.metrics import Weighted
-            self.eval() if eval else self.train()
-            with torch.no_grad():
-                loss = F.cross_entropy(self(x), y, reduction="sum").item()
-            return {"loss": Weighted(loss, len(y))}
+        def forward(self, x):
+            return self.fc2(F.relu(self.fc1(x)))
 
-    return TorchFemnistCNN
+    return TorchFemnistCNN if workload == "fedavg-femnist" else TorchMLP
 
 
 def _arrays(folder) -> dict:
@@ -355,11 +533,18 @@ def _load(folder):
     return d, init
 
 
-def _client_tensors(d):
-    """Per client (x [count, 1, 28, 28], y [count]) as torch tensors."""
-    import torch
+def _features(d, i: int, c: int):
+    """Client i's first c examples' features as float32 numpy (bytes read as b / 255)."""
     import numpy as np
-    return [(torch.from_numpy(np.array(d["x"][i, :c])), torch.from_numpy(np.array(d["y"][i, :c])))
+    x = np.asarray(d["x"][i, :c])
+    return byte_values()[x] if x.dtype == np.uint8 else np.array(x)
+
+
+def _client_tensors(d):
+    """Per client (x [count, ...], y [count]) as torch tensors."""
+    import numpy as np
+    import torch
+    return [(torch.from_numpy(_features(d, i, c)), torch.from_numpy(np.array(d["y"][i, :c])))
             for i, c in enumerate(d["count"])]
 
 
@@ -386,9 +571,11 @@ def child_pytorch(spec: dict, folder: str) -> dict:
     torch.set_num_threads(spec["threads"])
     d, init = _load(folder)
     clients = _client_tensors(d)
-    net = _torch_femnist()()
+    idx, mask = d["idx"], d["mask"]
+    net = _torch_net(spec["workload"])()
     net.load_state_dict(init)
-    marks, losses = [time.perf_counter()], []
+    marks, losses = [], []
+    _mark(marks)
     for t in range(spec["rounds"]):
         start = {k: v.clone() for k, v in net.state_dict().items()}
         total = {k: torch.zeros_like(v) for k, v in start.items()}
@@ -397,13 +584,13 @@ def child_pytorch(spec: dict, folder: str) -> dict:
             net.load_state_dict(start)
             with torch.no_grad():
                 round_loss.append(F.cross_entropy(net(x), y).item())
-            _train_steps(net, x, y, d["idx"][t, i], d["mask"][t, i], spec["lr"])
+            _train_steps(net, x, y, idx[t, i], mask[t, i], spec["lr"])
             with torch.no_grad():
                 for k, v in net.state_dict().items():
                     total[k] += v
         net.load_state_dict({k: v / len(clients) for k, v in total.items()})
         losses.append(statistics.fmean(round_loss))
-        marks.append(time.perf_counter())
+        _mark(marks)
     return dict(startup_s=marks[0] - t_start, round_s=[b - a for a, b in zip(marks, marks[1:])],
                 loss=losses, threads=f"torch {torch.get_num_threads()} threads",
                 layout="clients one after another", version=f"torch {torch.__version__}")
@@ -437,9 +624,9 @@ def child_flower(spec: dict, folder: str) -> dict:
         d = _arrays(where)                      # memory-mapped: cheap in every call
         i = int(context.node_config["partition-id"])
         c = int(d["count"][i])
-        x = torch.from_numpy(np.array(d["x"][i, :c]))
+        x = torch.from_numpy(_features(d, i, c))
         y = torch.from_numpy(np.array(d["y"][i, :c]))
-        net = _torch_femnist()()
+        net = _torch_net(cfg["workload"])()
         net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
         with torch.no_grad():
             loss = F.cross_entropy(net(x), y).item()
@@ -465,10 +652,11 @@ def child_flower(spec: dict, folder: str) -> dict:
         strategy = FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=n,
                           min_available_nodes=n, weighted_by_key="weight",
                           train_metrics_aggr_fn=equal_mean)
-        stamp = lambda rnd, arrays: marks.append(time.perf_counter()) or None   # noqa: E731
+        stamp = lambda rnd, arrays: _mark(marks) or None   # noqa: E731
         result = strategy.start(grid=grid, initial_arrays=ArrayRecord(init),
                                 num_rounds=spec["rounds"], evaluate_fn=stamp,
-                                train_config=ConfigRecord({"folder": folder, "lr": spec["lr"]}))
+                                train_config=ConfigRecord({"folder": folder, "lr": spec["lr"],
+                                                           "workload": spec["workload"]}))
         out["metrics"] = {r: dict(m) for r, m in result.train_metrics_clientapp.items()}
 
     threads = spec["threads"]
@@ -523,7 +711,7 @@ def child_pfl(spec: dict, folder: str) -> dict:
                 rows = torch.from_numpy(np.asarray(d["idx"][t, i, s])[np.asarray(d["mask"][t, i, s])])
                 yield [x[rows], y[rows]]
 
-    net = _torch_femnist()()
+    net = _torch_net(spec["workload"])()
     net.load_state_dict(init)
     model = PyTorchModel(model=net, local_optimizer_create=torch.optim.SGD,
                          central_optimizer=torch.optim.SGD(net.parameters(), lr=1.0))
@@ -539,14 +727,14 @@ def child_pfl(spec: dict, folder: str) -> dict:
     class RoundClock(TrainingProcessCallback):
         def on_train_begin(self, *, model):
             losses.append(round_loss())
-            marks.append(time.perf_counter())
+            _mark(marks)
             return Metrics()
 
         def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
             state["round"] = central_iteration + 1
             if central_iteration + 1 < spec["rounds"]:
                 losses.append(round_loss())
-            marks.append(time.perf_counter())
+            _mark(marks)
             return False, Metrics()
 
     rounds = spec["rounds"]
@@ -566,6 +754,124 @@ def child_pfl(spec: dict, folder: str) -> dict:
                 loss=losses, threads=f"torch {torch.get_num_threads()} threads",
                 layout="SimulatedBackend, users one after another",
                 version=f"pfl {pfl.__version__}, torch {torch.__version__}")
+
+
+
+
+class RoundBatches:
+    """A client's data for one round as FedJAX's FedAvg reads a client dataset: ``len()``
+    is its weight in the server's mean (1: the equal mean), ``shuffle_repeat_batch`` gives
+    the round's exported minibatches (dicts x, y and FedJAX's example mask)."""
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __len__(self):
+        return 1
+
+    def shuffle_repeat_batch(self, hparams):
+        return self.batches
+
+
+def _jax_for_fedjax():
+    """JAX for FedJAX: on a JAX without ``jax.tree_map`` (removed in 0.6) it is supplied as
+    ``jax.tree.map`` (and ``jax.tree_util.tree_multimap`` likewise); returns (jax, note)."""
+    import jax
+    note = ""
+    if not hasattr(jax, "tree_map"):
+        jax.tree_map = jax.tree.map
+        note = " (jax.tree_map supplied as jax.tree.map)"
+    if not hasattr(jax.tree_util, "tree_multimap"):
+        jax.tree_util.tree_multimap = jax.tree.map
+    return jax, note
+
+
+def child_fedjax(spec: dict, folder: str) -> dict:
+    """FedJAX: the workload's model in Haiku (``fedjax.create_model_from_haiku``, loaded
+    from our initial params), ``fedjax.model_grad``, and ``fedjax.algorithms.fed_avg``'s
+    ``federated_averaging`` (client SGD at the workload's lr, server SGD at lr 1 applying the
+    mean delta); every client in every round, each client's round data a ``RoundBatches``
+    of the exported minibatches. The round's training loss: the global model's masked mean
+    loss on every client's data, one jitted call."""
+    t_start = time.perf_counter()
+    import importlib.metadata
+
+    import numpy as np
+    jax, note = _jax_for_fedjax()
+    import haiku as hk
+    import jax.numpy as jnp
+    import fedjax
+    from fedjax.algorithms import fed_avg
+    from fedjax.core.client_datasets import EXAMPLE_MASK_KEY
+    d = _arrays(folder)
+    count = np.asarray(d["count"])
+    n, n_max = len(count), d["x"].shape[1]
+    cnn = spec["workload"] == "fedavg-femnist"
+    x = np.asarray(d["x"])
+    x = (np.ascontiguousarray(x.transpose(0, 1, 3, 4, 2)) if cnn     # NCHW -> NHWC
+         else byte_values()[x])
+    y = np.asarray(d["y"]).astype(np.int32)
+    idx, mask = np.asarray(d["idx"]), np.asarray(d["mask"])
+
+    def forward(batch):
+        h = batch["x"]
+        if cnn:
+            pool = lambda a: hk.max_pool(a, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")  # noqa: E731
+            h = pool(jax.nn.relu(hk.Conv2D(32, 5, padding="SAME", name="conv1")(h)))
+            h = pool(jax.nn.relu(hk.Conv2D(64, 5, padding="SAME", name="conv2")(h)))
+            h = jax.nn.relu(hk.Linear(2048, name="fc1")(hk.Flatten()(h)))
+            return hk.Linear(62, name="fc2")(h)
+        return hk.Linear(10, name="fc2")(jax.nn.relu(hk.Linear(200, name="fc1")(h)))
+
+    transformed = hk.transform(forward)
+    model = fedjax.create_model_from_haiku(
+        transformed, {"x": x[0, :1], "y": y[0, :1]},
+        lambda batch, preds: fedjax.metrics.unreduced_cross_entropy_loss(batch["y"], preds))
+    saved = np.load(os.path.join(folder, "init_haiku.npz"))
+    params = {}
+    for key in saved.files:
+        module, name = key.split("/")
+        params.setdefault(module, {})[name] = jnp.asarray(saved[key])
+    shapes = jax.tree_util.tree_map(jnp.shape, model.init(jax.random.PRNGKey(0)))
+    if jax.tree_util.tree_map(jnp.shape, params) != shapes:
+        raise SystemExit(f"peers.py: our params do not fit the Haiku model {shapes}")
+    algorithm = fed_avg.federated_averaging(
+        fedjax.model_grad(model), fedjax.optimizers.sgd(spec["lr"]), fedjax.optimizers.sgd(1.0),
+        fedjax.ShuffleRepeatBatchHParams(batch_size=spec["batch"]))
+    state = algorithm.init(params)
+    rngs = np.asarray(jax.random.split(jax.random.PRNGKey(0), n))
+
+    @jax.jit
+    def round_loss(params, xa, ya, ca):
+        def one(args):
+            xi, yi, ci = args
+            logp = jax.nn.log_softmax(transformed.apply(params, None, {"x": xi}))
+            ce = -jnp.take_along_axis(logp, yi[:, None], axis=1)[:, 0]
+            return jnp.sum(jnp.where(jnp.arange(n_max) < ci, ce, 0.0)) / jnp.maximum(ci, 1)
+        if cnn:   # one client at a time (the CNN's activations of every client would not fit)
+            return jnp.mean(jax.lax.map(one, (xa, ya, ca)))
+        return jnp.mean(jax.vmap(lambda *a: one(a))(xa, ya, ca))
+
+    xa, ya, ca = jnp.asarray(x), jnp.asarray(y), jnp.asarray(count)
+    marks, losses = [], []
+    _mark(marks)
+    for t in range(spec["rounds"]):
+        losses.append(float(round_loss(state.params, xa, ya, ca)))
+        clients = [(i, RoundBatches([{"x": x[i][idx[t, i, s]], "y": y[i][idx[t, i, s]],
+                                      EXAMPLE_MASK_KEY: mask[t, i, s]}
+                                     for s in range(idx.shape[2])]), rngs[i])
+                   for i in range(n)]
+        state, _ = algorithm.apply(state, clients)
+        jax.block_until_ready(state.params)
+        _mark(marks)
+    backend = jax.default_backend()
+    return dict(startup_s=marks[0] - t_start, round_s=[b - a for a, b in zip(marks, marks[1:])],
+                loss=losses,
+                threads=(f"XLA CPU, {os.cpu_count()} cores" if backend == "cpu"
+                         else jax.devices()[0].device_kind),
+                layout="fedjax.for_each_client, clients one after another",
+                version=f"fedjax {importlib.metadata.version('fedjax')}, jax {jax.__version__}"
+                        f"{note}, dm-haiku {importlib.metadata.version('dm-haiku')}")
 
 
 def child_ifca_authors(spec: dict, folder: str) -> dict:
@@ -599,12 +905,13 @@ def child_ifca_authors(spec: dict, folder: str) -> dict:
                                for name in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")})
     exp.epoch, lr = -1, spec["lr"]
     res = exp.test(train=True)                         # their epoch -1: the first clusters
-    marks, losses = [time.perf_counter()], [float(res["loss"])]
+    marks, losses = [], [float(res["loss"])]
+    _mark(marks)
     for t in range(spec["rounds"]):
         exp.epoch = t
         exp.train(res["cluster_assign"], lr=lr)
         res = exp.test(train=True)
-        marks.append(time.perf_counter())
+        _mark(marks)
         if t + 1 < spec["rounds"]:
             losses.append(float(res["loss"]))
     return dict(startup_s=marks[0] - t_start, round_s=[b - a for a, b in zip(marks, marks[1:])],
@@ -613,25 +920,88 @@ def child_ifca_authors(spec: dict, folder: str) -> dict:
                 version=f"IFCA authors' code, torch {torch.__version__}")
 
 
+
+
 CHILDREN = {"fedclust_jax": child_ours, "pytorch": child_pytorch, "flower": child_flower,
-            "pfl": child_pfl, "ifca-authors": child_ifca_authors}
+            "pfl": child_pfl, "fedjax": child_fedjax, "ifca-authors": child_ifca_authors}
 
 
-def run_child(args, framework: str, folder: str) -> dict:
-    """One run of ``framework`` in a fresh process; its record (or the error's last line)."""
-    python = sys.executable if framework == "fedclust_jax" else args.peer_python
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc), children first found, deepest last."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = [], [pid]
+    while frontier:
+        below = [p for p, parent in parents.items() if parent in frontier]
+        found += below
+        frontier = below
+    return found
+
+
+def _stop(proc) -> None:
+    """Kills the child and every process it started (Ray's included, which may leave the
+    child's process group)."""
+    for pid in [proc.pid] + _descendants(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    proc.wait()
+
+
+def run_child(args, framework: str, folder: str, threads: int | None = None) -> dict:
+    """One run of ``framework`` in a fresh process; its record (or the error's last line).
+    The child reports every round as it ends; it is stopped when its start-up runs past
+    ``args.startup_limit`` seconds or a round past ``args.round_limit`` (record:
+    ``timeout_s``, ``rounds_done`` and the phase it was in)."""
+    python = python_of(args, framework)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [os.path.dirname(HERE)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    if framework != "fedclust_jax":
-        env.setdefault("OMP_NUM_THREADS", str(args.threads))
-    cmd = [python, os.path.abspath(__file__), "--child", framework, "--spec", folder]
+    threads = threads or args.threads
+    if framework not in ("fedclust_jax", "fedjax"):
+        env["OMP_NUM_THREADS"] = str(threads)
+    cmd = [python, os.path.abspath(__file__), "--child", framework, "--spec", folder,
+           "--child-threads", str(threads)]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=folder)
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                cwd=folder, start_new_session=True)
+        lines: queue.Queue = queue.Queue()
+        reader = threading.Thread(target=lambda: [lines.put(l) for l in proc.stdout] + [lines.put(None)],
+                                  daemon=True)
+        reader.start()
+        record, marks = None, 0
+        deadline, limit, phase = t0 + args.startup_limit, args.startup_limit, "start-up"
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.perf_counter()))
+            except queue.Empty:
+                _stop(proc)
+                if record is not None:        # done, but slow to exit: its record stands
+                    break
+                return dict(timeout_s=limit, rounds_done=max(0, marks - 1), phase=phase,
+                            error=f"stopped: {phase} took more than {limit:g} s",
+                            wall_s=time.perf_counter() - t0)
+            if line is None:
+                break
+            if line.startswith("{\"peers_mark\""):
+                marks += 1
+                deadline, limit = time.perf_counter() + args.round_limit, args.round_limit
+                phase = f"round {marks}"
+            elif line.startswith("{\"peers_record\""):
+                record = json.loads(line)["peers_record"]
+        proc.wait()
+        err.seek(0)
+        tail = (err.read().strip().splitlines() or ["no output"])[-1]
     wall = time.perf_counter() - t0
-    for line in reversed(proc.stdout.strip().splitlines()):
-        if line.startswith("{\"peers_record\""):
-            return dict(json.loads(line)["peers_record"], wall_s=wall)
-    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    if record is not None:
+        return dict(record, wall_s=wall)
     return dict(error=f"exit {proc.returncode}: {tail[:300]}", wall_s=wall)
 
 
@@ -642,8 +1012,19 @@ def agreement(ours: list, theirs: list) -> float:
     return max(abs(a - b) / max(abs(a), 1e-12) for a, b in pairs) if pairs else float("nan")
 
 
+def seconds_text(entry: dict) -> str:
+    """A summary entry's seconds per round, or "> LIMIT" for one stopped at its limit."""
+    if entry.get("seconds_per_round") is not None:
+        return f"{entry['seconds_per_round']:.2f}"
+    if entry.get("timeout_s") is not None:
+        return f"> {entry['timeout_s']:g}"
+    return "not run"
+
+
 def summarize(workload: str, runs: dict, tolerance: float) -> tuple[list[str], dict]:
-    """Markdown lines and a summary dict of one workload's runs {framework: [record per pass]}."""
+    """Markdown lines and a summary dict of one case's runs {framework: [record per pass]}.
+    A framework stopped at its time limit in any pass is reported as
+    ``seconds_per_round: None, timeout_s: LIMIT``."""
     lines = [f"| framework | s / round (median of passes) | per pass | first round s | "
              f"start-up s | threads | loss agreement with ours (max rel. diff) |",
              "|---|---:|---|---:|---:|---|---|"]
@@ -651,6 +1032,14 @@ def summarize(workload: str, runs: dict, tolerance: float) -> tuple[list[str], d
     ours = next((r for r in runs.get("fedclust_jax", []) if "loss" in r), None)
     for fw, recs in runs.items():
         good = [r for r in recs if "round_s" in r]
+        stopped = [r for r in recs if r.get("timeout_s") is not None]
+        if stopped:
+            r = stopped[0]
+            summary[fw] = dict(seconds_per_round=None, timeout_s=r["timeout_s"],
+                               stopped_in=r["phase"], rounds_done=r["rounds_done"])
+            lines.append(f"| {fw} | > {r['timeout_s']:g} | | | | | stopped in {r['phase']} "
+                         f"({r['rounds_done']} round(s) done) |")
+            continue
         if not good:
             lines.append(f"| {fw} | not run | | | | | {recs[0].get('error', '') if recs else ''} |")
             summary[fw] = dict(error=recs[0].get("error") if recs else "not run")
@@ -668,10 +1057,11 @@ def summarize(workload: str, runs: dict, tolerance: float) -> tuple[list[str], d
         summary[fw] = dict(seconds_per_round=med, per_pass=later, agreement=worst,
                            version=good[0]["version"], layout=good[0]["layout"],
                            threads=good[0]["threads"], loss=good[0]["loss"])
-    if "fedclust_jax" in summary and "seconds_per_round" in summary["fedclust_jax"]:
+    if "fedclust_jax" in summary and summary["fedclust_jax"].get("seconds_per_round"):
         base = summary["fedclust_jax"]["seconds_per_round"]
-        ratios = [f"{fw} {s['seconds_per_round'] / base:.2f}x" for fw, s in summary.items()
-                  if fw != "fedclust_jax" and "seconds_per_round" in s]
+        ratios = [f"{fw} {s['seconds_per_round'] / base:.2f}x" if s.get("seconds_per_round")
+                  else f"{fw} > {s['timeout_s'] / base:.2f}x" for fw, s in summary.items()
+                  if fw != "fedclust_jax" and (s.get("seconds_per_round") or s.get("timeout_s"))]
         if ratios:
             lines.append(f"\nTheir seconds per round over ours: {'; '.join(ratios)}.")
     losses = {fw: s["loss"] for fw, s in summary.items() if "loss" in s}
@@ -685,6 +1075,91 @@ def summarize(workload: str, runs: dict, tolerance: float) -> tuple[list[str], d
     return lines, summary
 
 
+def speedup(summary: dict) -> tuple[float | None, str | None, bool]:
+    """(the fastest peer's seconds per round over ours, that peer, whether it is a lower
+    bound: every peer was stopped at its limit) of one case's summary; (None, None, False)
+    without a time of ours or of any peer."""
+    ours = summary.get("fedclust_jax", {}).get("seconds_per_round")
+    timed = {fw: s["seconds_per_round"] for fw, s in summary.items()
+             if fw != "fedclust_jax" and s.get("seconds_per_round")}
+    limits = {fw: s["timeout_s"] for fw, s in summary.items()
+              if fw != "fedclust_jax" and s.get("timeout_s")}
+    if not ours or not (timed or limits):
+        return None, None, False
+    if timed:
+        fw = min(timed, key=timed.get)
+        return timed[fw] / ours, fw, False
+    fw = min(limits, key=limits.get)
+    return limits[fw] / ours, fw, True
+
+
+def scale_table(summaries: dict, workload: str = "fedavg-mnist") -> list[str]:
+    """Markdown lines: seconds per round of every framework against m over the cases of
+    ``workload`` (``<workload>-m<M>``), then ours' speed-up over the fastest peer."""
+    ms = sorted((int(c.rsplit("-m", 1)[1]), c) for c in summaries if c.startswith(workload + "-m"))
+    if not ms:
+        return []
+    frameworks = list(dict.fromkeys(fw for _, c in ms for fw in summaries[c]))
+    lines = [f"\n## {workload}: seconds per round against m\n",
+             "| framework | " + " | ".join(f"m = {m:,}" for m, _ in ms) + " |",
+             "|---|" + "---:|" * len(ms)]
+    for fw in frameworks:
+        lines.append(f"| {fw} | " + " | ".join(seconds_text(summaries[c].get(fw, {}))
+                                               for _, c in ms) + " |")
+    cells = []
+    for m, c in ms:
+        ratio, fw, bound = speedup(summaries[c])
+        cells.append("" if ratio is None else f"{'>= ' if bound else ''}{ratio:.2f}x ({fw})")
+    lines.append("| ours' speed-up over the fastest peer | " + " | ".join(cells) + " |")
+    return lines
+
+
+def scale_plot(summaries: dict, path: str, workload: str = "fedavg-mnist") -> None:
+    """Seconds per round against m, log-log, one line per framework; a run stopped at its
+    limit is an open triangle at the limit."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ms = sorted((int(c.rsplit("-m", 1)[1]), c) for c in summaries if c.startswith(workload + "-m"))
+    frameworks = list(dict.fromkeys(fw for _, c in ms for fw in summaries[c]))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for i, fw in enumerate(frameworks):
+        color = f"C{i}"
+        pts = [(m, summaries[c][fw]["seconds_per_round"]) for m, c in ms
+               if summaries[c].get(fw, {}).get("seconds_per_round")]
+        cut = [(m, summaries[c][fw]["timeout_s"]) for m, c in ms
+               if summaries[c].get(fw, {}).get("timeout_s")]
+        if pts:
+            ax.plot(*zip(*pts), "o-", color=color, label=fw, lw=2.2 if fw == "fedclust_jax" else 1.4)
+        if cut:
+            ax.plot(*zip(*cut), "^", color=color, mfc="none", ms=9,
+                    label=f"{fw}: stopped at the limit" if not pts else None)
+            if pts:
+                ax.plot([pts[-1][0], cut[0][0]], [pts[-1][1], cut[0][1]], ":", color=color)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("clients m (every client every round)")
+    ax.set_ylabel("seconds per round")
+    ax.set_title(f"{workload}: MLP 784-200-10, 5 steps of batch 10 per client")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def runs_of(a, workload: str, frameworks) -> list[tuple[str, str, int]]:
+    """(row label, framework, threads) of every run of a case: the plain PyTorch loop once
+    per ``--torch-threads`` value (``pytorch-<T>t`` when there are several)."""
+    out = []
+    for fw in frameworks:
+        if fw == "pytorch" and len(a.torch_threads) > 1:
+            out += [(f"pytorch-{t}t", fw, t) for t in a.torch_threads]
+        else:
+            out.append((fw, fw, a.torch_threads[0] if fw == "pytorch" else a.threads))
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true",
@@ -693,42 +1168,79 @@ def main(argv=None):
     p.add_argument("--frameworks", nargs="+", default=None,
                    choices=sorted({f for fs in WORKLOADS.values() for f in fs}),
                    help="run only these (default: every framework of each workload)")
+    p.add_argument("--clients", nargs="+", type=int, default=None, metavar="M",
+                   help="fedavg-mnist: the numbers of clients, one case each (default "
+                        "100 1000 10000; --quick 8 16)")
+    p.add_argument("--writers", type=int, default=None, metavar="N",
+                   help="fedavg-femnist: the first N FEMNIST writers (default 50; --quick 4)")
     p.add_argument("--data-dir", default=os.environ.get("FEDCLUST_DATA"),
                    help="folder holding femnist-leaf/ and mnist/ (default $FEDCLUST_DATA)")
     p.add_argument("--ifca-code", metavar="DIR", default=None,
                    help="folder with the IFCA authors' train_cluster_mnist.py and util.py")
     p.add_argument("--peer-python", default=sys.executable,
                    help="the Python with torch, flwr[simulation] and pfl (default this one)")
+    p.add_argument("--fedjax-python", default=sys.executable,
+                   help="the Python with fedjax and dm-haiku (a JAX older than 0.6; default "
+                        "this one)")
     p.add_argument("--repeats", type=int, default=None,
                    help="interleaved passes (default 3; --quick 1)")
     p.add_argument("--rounds", type=int, default=None,
                    help="rounds per run (default 4); the first is reported alone")
-    p.add_argument("--threads", type=int, default=2, help="threads of the PyTorch-based peers")
+    p.add_argument("--threads", type=int, default=2,
+                   help="threads of the PyTorch-based peers (Flower, pfl, the IFCA authors')")
+    p.add_argument("--torch-threads", nargs="+", type=int, default=None, metavar="T",
+                   help="threads of the plain PyTorch loop, one row each (default --threads)")
+    p.add_argument("--round-limit", type=float, default=120.0, metavar="S",
+                   help="a child one of whose rounds takes longer is stopped and recorded "
+                        "as '> S' (default 120)")
+    p.add_argument("--startup-limit", type=float, default=600.0, metavar="S",
+                   help="likewise for a child's start-up (default 600)")
     p.add_argument("--tolerance", type=float, default=None,
                    help="largest relative difference of a peer's per-round loss from ours "
                         "(default 5e-3; --quick 1e-4)")
     p.add_argument("--json", type=output_file, default=None, help="write the records here")
     p.add_argument("--out", type=output_file, default=None, help="also write the table here")
+    p.add_argument("--plot", type=output_file, default=None,
+                   help="fedavg-mnist: seconds per round against m, log-log (.png; needs "
+                        "matplotlib, the [bench] extra)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--spec", help=argparse.SUPPRESS)
+    p.add_argument("--child-threads", type=int, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
         with open(os.path.join(a.spec, "spec.json")) as f:
             spec = json.load(f)
+        if a.child_threads:
+            spec["threads"] = a.child_threads
         record = CHILDREN[a.child](spec, a.spec)
         print(json.dumps({"peers_record": record}, default=float), flush=True)
         return record
-    if (a.repeats is not None and a.repeats < 1) or a.threads < 1 or (
-            a.rounds is not None and a.rounds < 2):
-        p.error("--repeats and --threads must be >= 1 and --rounds >= 2")
+    a.torch_threads = a.torch_threads or [a.threads]
+    if ((a.repeats is not None and a.repeats < 1) or a.threads < 1 or min(a.torch_threads) < 1
+            or (a.rounds is not None and a.rounds < 2)):
+        p.error("--repeats, --threads and --torch-threads must be >= 1 and --rounds >= 2")
+    if (a.clients is not None and min(a.clients) < 1) or (a.writers is not None and a.writers < 1):
+        p.error("--clients and --writers must be whole numbers >= 1")
+    if min(a.round_limit, a.startup_limit) <= 0:
+        p.error("--round-limit and --startup-limit must be positive seconds")
+    if a.plot and "fedavg-mnist" not in a.workloads:
+        p.error("--plot draws the fedavg-mnist cases; add fedavg-mnist to --workloads")
+    if a.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            p.error("--plot needs matplotlib: pip install -e \".[bench]\"")
     a.repeats = a.repeats or (1 if a.quick else 3)
     a.rounds = a.rounds or 4
     a.tolerance = a.tolerance if a.tolerance is not None else (1e-4 if a.quick else 5e-3)
-    plan = {w: [f for f in WORKLOADS[w] if a.frameworks is None or f in a.frameworks]
-            for w in a.workloads}
-    missing = missing_peers(a.peer_python, [f for fs in plan.values() for f in fs])
-    if missing:
-        print(missing_line(a.peer_python, missing), file=sys.stderr)
+    plan = [(case, w, s, runs_of(a, w, [f for f in WORKLOADS[w]
+                                        if a.frameworks is None or f in a.frameworks]))
+            for case, w, s in cases(a.workloads, a.quick, a.clients, a.writers)]
+    used = {fw for *_, runs in plan for _, fw, _ in runs}
+    missing = missing_peers(a.peer_python, used - set(OWN_PYTHON))
+    fedjax = (a.fedjax_python, missing_peers(a.fedjax_python, used & {"fedjax"}))
+    if missing or fedjax[1]:
+        print(missing_line(a.peer_python, missing, fedjax), file=sys.stderr)
         raise SystemExit(2)
     if not a.quick and (not a.data_dir or not os.path.isdir(a.data_dir)):
         p.error(f"needs --data-dir (a folder holding femnist-leaf/ and mnist/) or "
@@ -739,52 +1251,70 @@ def main(argv=None):
         return compare(a, plan)
 
 
-def compare(a, plan: dict) -> dict:
+def compare(a, plan: list) -> dict:
     import jax
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores; jax "
-          f"{jax.__version__}; peers from {a.peer_python}; {a.repeats} interleaved passes of "
-          f"{a.rounds} rounds; load at start {os.getloadavg()}", flush=True)
-    results = {}
+          f"{jax.__version__}; peers from {a.peer_python}, FedJAX from {a.fedjax_python}; "
+          f"{a.repeats} interleaved passes of {a.rounds} rounds; limits: start-up "
+          f"{a.startup_limit:g} s, a round {a.round_limit:g} s; load at start {os.getloadavg()}",
+          flush=True)
+    results, log, folders = {}, [], {}
     with tempfile.TemporaryDirectory(prefix="peers_") as tmp:
-        folders = {}
-        for w, frameworks in plan.items():
-            folders[w] = os.path.join(tmp, w)
-            os.makedirs(folders[w])
+        for case, w, s, runs in plan:
+            folders[case] = os.path.join(tmp, case)
+            os.makedirs(folders[case])
             t0 = time.perf_counter()
-            spec = export(w, a.quick, a.data_dir, a.rounds, folders[w])
+            peers = any(fw != "fedclust_jax" for _, fw, _ in runs)
+            spec = export(w, a.quick, a.data_dir, a.rounds, folders[case], s, peers=peers)
             spec.update(threads=a.threads, ifca_code=os.path.abspath(a.ifca_code or "."))
-            with open(os.path.join(folders[w], "spec.json"), "w") as f:
+            with open(os.path.join(folders[case], "spec.json"), "w") as f:
                 json.dump(spec, f)
-            if "ifca-authors" in frameworks and not _authors_present(a.ifca_code):
-                frameworks.remove("ifca-authors")
-                results.setdefault(w, {})["ifca-authors"] = [dict(
+            if any(fw == "ifca-authors" for _, fw, _ in runs) and not _authors_present(a.ifca_code):
+                runs[:] = [r for r in runs if r[1] != "ifca-authors"]
+                results.setdefault(case, {})["ifca-authors"] = [dict(
                     error="not run: no --ifca-code folder holding train_cluster_mnist.py")]
-            print(f"# {w}: exported data, initial params{' and minibatches' * (w == 'fedavg-femnist')}"
-                  f" in {time.perf_counter() - t0:.1f} s ({spec['clients']} clients)", flush=True)
-        log = []
+            print(f"# {case}: exported data, initial params"
+                  f"{' and minibatches' * w.startswith('fedavg')} in "
+                  f"{time.perf_counter() - t0:.1f} s ({spec['clients']} clients)", flush=True)
         for r in range(a.repeats):
-            for w, frameworks in plan.items():
-                for fw in frameworks:
+            for case, w, s, runs in plan:
+                for label, fw, threads in runs:
                     load = os.getloadavg()
-                    rec = run_child(a, fw, folders[w])
-                    rec.update(workload=w, framework=fw, pass_=r + 1, load_before=load)
-                    results.setdefault(w, {}).setdefault(fw, []).append(rec)
+                    rec = run_child(a, fw, folders[case], threads)
+                    rec.update(workload=w, case=case, framework=label, pass_=r + 1,
+                               load_before=load)
+                    results.setdefault(case, {}).setdefault(label, []).append(rec)
                     log.append(rec)
                     what = (f"{statistics.median(rec['round_s'][1:] or rec['round_s']):.2f} s / round, "
                             f"start-up {rec['startup_s']:.1f} s" if "round_s" in rec else rec["error"])
-                    print(f"pass {r + 1} {w} {fw}: {what} (load before {load[0]:.2f})", flush=True)
-    summaries = {}
-    for w in plan:
-        s = SIZES[w][1 if a.quick else 0]
-        print(f"\n## {w}" + (" (--quick: synthetic data)" if a.quick else "")
+                    print(f"pass {r + 1} {case} {label}: {what} (load before {load[0]:.2f})",
+                          flush=True)
+                    _write_json(a, log, results, plan)
+    summaries = _write_json(a, log, results, plan)
+    for case, w, s, _ in plan:
+        print(f"\n## {case}" + (" (--quick: synthetic data)" if a.quick else "")
               + f": {json.dumps(s)}\n")
-        lines, summaries[w] = summarize(w, results.get(w, {}), a.tolerance)
-        print("\n".join(lines))
+        print("\n".join(summarize(case, results.get(case, {}), a.tolerance)[0]))
+    table = scale_table(summaries)
+    if table:
+        print("\n".join(table))
+    if a.plot:
+        scale_plot(summaries, a.plot)
+        print(f"\nPlot: {a.plot}")
     print(f"\nLoad at end: {os.getloadavg()}")
+    return summaries
+
+
+def _write_json(a, log: list, results: dict, plan: list) -> dict:
+    """The summaries of the runs so far; written to ``--json`` (after every run, so a run
+    cut short keeps what it finished)."""
+    summaries = {case: summarize(case, results.get(case, {}), a.tolerance)[1]
+                 for case, *_ in plan if case in results}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(runs=log, summary=summaries, tolerance=a.tolerance, rounds=a.rounds,
-                           repeats=a.repeats, cpus=os.cpu_count()), f, indent=1, default=float)
+                           repeats=a.repeats, cpus=os.cpu_count(), round_limit_s=a.round_limit,
+                           startup_limit_s=a.startup_limit), f, indent=1, default=float)
     return summaries
 
 
