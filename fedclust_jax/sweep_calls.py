@@ -109,11 +109,12 @@ class CallRun:
 
 
 def run_call(programs: Programs, hp, data, seeds, *, state_path: str | None, config: dict,
-             cadence, label: str, progress: bool, status: CallRun):
+             cadence, label: str, progress: bool, status: CallRun, tracker=None):
     """Runs one call's points from their saved state (``state_path``, when it exists) to the
     end: (objective [c, R], evaluation, records {name: [c, R, T, ...]} at the curve rounds).
     Saves the state at the ``cadence`` (and never after the last round: the call's rows
-    follow). Raises KeyboardInterrupt as it comes (``status`` says where)."""
+    follow). Raises KeyboardInterrupt as it comes (``status`` says where). tracker: a
+    ``tracking.CallTracker`` given each chunk's records as they return."""
     cfg, every = programs.cfg, programs.eval_every
     rounds = cfg.rounds
     like = jax.eval_shape(programs.init, hp, data, seeds)
@@ -137,6 +138,8 @@ def run_call(programs: Programs, hp, data, seeds, *, state_path: str | None, con
         jax.block_until_ready(states)         # the schedule times compute, not dispatch
         buf = jax.device_get(buf)
         records.append({k: v[:, :, :count] for k, v in buf.items()})
+        if tracker is not None:
+            tracker.records(done, stop, records[-1], programs.spec)
         status.done = done = stop
         if state_path and stop < rounds and schedule.save_due(stop):
             ckpt.save(state_path, states, {f"eval.{k}": v for k, v in _joined(records).items()},
