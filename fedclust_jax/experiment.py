@@ -175,9 +175,9 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
                 ckpt.save(checkpoint, states, _merge(history), stop, config or {})
                 saved_round = stop
                 schedule.saved()
-            bar.update(stop, metrics_text(hist))
             if tracker is not None:
                 tracker.chunk(start, stop, hist, spec)
+            bar.update(stop, metrics_text(hist))
             start = stop
         if checkpoint and saved_round != rounds:     # zero rounds: the file still says so
             ckpt.save(checkpoint, states, _merge(history), rounds, config or {})
