@@ -13,6 +13,8 @@ import glob
 import importlib
 import json
 import os
+import pathlib
+import re
 import struct
 import subprocess
 import sys
@@ -199,6 +201,75 @@ def test_wandb_offline_run_folder_holds_the_run(tmp_path, monkeypatch, capsys):
     assert [t for t, _ in points] == [5, 10, 15, 20]
     assert [v for _, v in points] == pytest.approx([v for _, v in curve(r)], rel=1e-5)
     assert run["summary"]["final/test_loss"] == pytest.approx(r["metrics"]["test_loss"])
+
+
+README = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def printed_curve(out: str) -> list[tuple[int, float]]:
+    """(round, acc) of the curves table the command printed."""
+    lines = out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["round", "acc"])
+    rows = []
+    for line in lines[head + 2:]:
+        if not line.split() or not line.split()[0].isdigit():
+            break
+        rows.append((int(line.split()[0]), float(line.split()[1])))
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("FEDCLUST_SLOW") != "1",
+                    reason="slow README example: set FEDCLUST_SLOW=1 to run it")
+def test_the_readme_tracker_command_reads_back_from_each_sink(tmp_path):
+    """The README's command (a 20-round IFCA run, curves every 5 rounds, all three sinks)
+    run as a user runs it: TensorBoard's event files, MLflow's mlflow.db and the offline W&B
+    run folder each hold the 4 accuracy points it prints, its settings and its summary.
+    About a minute of CPU on 2 cores: marked slow (FEDCLUST_SLOW=1), as the README's
+    presets are."""
+    need("tensorboard")
+    need("mlflow")
+    need("wandb")
+    from mlflow.tracking import MlflowClient
+    [command] = [line for line in README.splitlines()
+                 if line.startswith("fedclust-jax run") and "--log" in line]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "WANDB_"))}
+    env["WANDB_MODE"] = "offline"
+    script = pathlib.Path(sys.executable).with_name("fedclust-jax")
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "fedclust_jax"]
+    proc = subprocess.run(argv + command.split()[1:], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "W&B logs offline (WANDB_MODE=offline)" in proc.stderr
+    printed = printed_curve(proc.stdout)
+    assert [t for t, _ in printed] == [5, 10, 15, 20]
+    acc = [v for _, v in printed]
+
+    chosen = int(re.search(r"curves of ifca, restart (\d+) of 3", proc.stdout)[1])
+    tag = f"test_acc/restart_{chosen}"      # each restart a series; the summary says which
+
+    [(folder, tb)] = event_runs(tmp_path / "runs").items()
+    assert folder.startswith("ifca-")
+    assert scalars(tb, "restarts/chosen")[0][1] == chosen
+    assert [s for s, _ in scalars(tb, tag)] == [5, 10, 15, 20]
+    assert [v for _, v in scalars(tb, tag)] == pytest.approx(acc, abs=5e-5)
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    [run] = client.search_runs([client.get_experiment_by_name("fedclust_jax").experiment_id])
+    assert run.info.run_name == "ifca" and run.info.status == "FINISHED"
+    assert run.data.params["dataset"] == "rotated-digits" and run.data.params["rounds"] == "20"
+    assert run.data.metrics["restarts/chosen"] == chosen
+    history = client.get_metric_history(run.info.run_id, tag)
+    assert [m.step for m in history] == [5, 10, 15, 20]
+    assert [m.value for m in history] == pytest.approx(acc, abs=5e-5)
+    assert run.data.metrics["final/test_acc"] == pytest.approx(acc[-1], abs=5e-5)
+
+    [wb] = wandb_run(tmp_path).values()
+    assert wb["name"] == "ifca" and wb["config"]["eval_every"] == 5
+    points = [(t, row[tag]) for t, row in sorted(wb["history"].items()) if tag in row]
+    assert [t for t, _ in points] == [5, 10, 15, 20]
+    assert [v for _, v in points] == pytest.approx(acc, abs=5e-5)
+    assert wb["summary"]["final/test_acc"] == pytest.approx(acc[-1], abs=5e-5)
 
 
 # ---- several runs: a compare, restarts, a sweep, a resume ------------------------------------
