@@ -224,16 +224,18 @@ def run_table(spec: dict, *, quick: bool = False, seeds: list[int] | None = None
     with "part" added; curves are dropped (the tables read final metrics). checkpoint: the
     table's folder (``open_checkpoint``, checked before anything runs), each part resumable
     in its own; checkpoint_every: its cadence ("60s" or "50r"); loggers: trackers
-    (``tracking.loggers``), one logged run per point and algorithm."""
+    (``tracking.loggers``), one logged run per point and algorithm, grouped by table part."""
+    from fedclust_jax import tracking
     from fedclust_jax.sweep import run_sweep
     checkpoint_every = open_checkpoint(spec, quick, seeds, checkpoint, checkpoint_every)
     runner = spec["table"].get("runner", "sweep")
     rows = []
     for part, study in studies(spec, quick=quick, seeds=seeds, data_dir=data_dir).items():
         ck = part_checkpoint(checkpoint, part)
+        logged = tracking.loggers(loggers, group=spec["id"] + (f"-{part}" if part else ""))
         got = (run_sweep(study, progress=progress, checkpoint=ck, checkpoint_every=checkpoint_every,
-                         loggers=loggers)
-               if runner == "sweep" else _study_rows(study, progress, ck, checkpoint_every, loggers))
+                         loggers=logged)
+               if runner == "sweep" else _study_rows(study, progress, ck, checkpoint_every, logged))
         for r in got:
             rows += [{"part": part, **x} for x in curve_points(r)]
     return rows

@@ -460,3 +460,14 @@ def test_no_tracker_is_imported_unless_asked_for():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("command", [["run", "--algorithm", "ifca"], ["compare"],
+                                     ["sweep", "--config", "missing.toml"],
+                                     ["reproduce", "ifca-figure3a", "--quick"]])
+def test_every_command_takes_log_and_refuses_a_bad_sink_in_one_line(command, capsys):
+    from fedclust_jax.cli import main
+    code = main(command + ["--log", "neptune"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "--log 'neptune': unknown tracker 'neptune'" in err

@@ -302,8 +302,12 @@ class Tracked:
         runs[self.key] = {"sinks": states, "step": self.last}
         try:
             _write_resume(self.resume_file, runs)
-        except Exception as e:      # the file is a convenience: a resume then starts new runs
-            self.loggers.warn(self.loggers.sinks[0], e)
+        except Exception as e:      # without it a resume starts new logged runs; said once
+            if self.resume_file not in self.loggers.failed:
+                self.loggers.failed.add(self.resume_file)
+                print(f"fedclust-jax: warning: {self.resume_file} could not be written "
+                      f"({type(e).__name__}: {str(e).strip()[:200]}); a resumed run will "
+                      f"start new logged runs", file=sys.stderr, flush=True)
 
     def _steps(self, steps: dict):
         """Logs {step: {name: value}} in step order, those after the last step logged."""
