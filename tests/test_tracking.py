@@ -318,12 +318,15 @@ def test_a_resumed_run_continues_the_same_logged_run_without_a_step_twice(
         tmp_path, monkeypatch, store, experiment):
     need("tensorboard")
     need("mlflow")
+    need("wandb")
     from mlflow.tracking import MlflowClient
     from test_resume import interrupt_at
     from fedclust_jax.progress import RunInterrupted
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     logdir, uri = str(tmp_path / "tb"), store
     ck = str(tmp_path / "ck.npz")
-    sinks = [f"tensorboard:{logdir}", f"mlflow:{uri}"]
+    sinks = [f"tensorboard:{logdir}", f"mlflow:{uri}", "wandb"]
     study = {**STUDY, "rounds_per_chunk": 5}
     with monkeypatch.context() as m:
         interrupt_at(m, lambda label, done: done >= 10)
@@ -342,6 +345,8 @@ def test_a_resumed_run_continues_the_same_logged_run_without_a_step_twice(
     assert run.info.status == "FINISHED"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == \
         list(range(1, 21))
+    [wb] = wandb_run(tmp_path).values()           # one run id, a folder per start
+    assert len(wb["files"]) == 2 and sorted(wb["history"]) == list(range(1, 21))
 
 
 def test_a_resumed_sweep_call_continues_its_points_runs(tmp_path, monkeypatch):

@@ -4,13 +4,14 @@
 
     tensorboard:DIR        event files under DIR (``tensorboard --logdir DIR``), extra [tensorboard]
     mlflow[:TRACKING_URI]  an MLflow store; default $MLFLOW_TRACKING_URI, else the SQLite file
-                           mlflow.db in the working folder (``mlflow ui`` there shows it), extra [mlflow]
+                           mlflow.db in the working folder (shown by ``mlflow ui
+                           --backend-store-uri sqlite:///mlflow.db`` run there), extra [mlflow]
     wandb[:PROJECT]        a W&B run in PROJECT (default $WANDB_PROJECT, else fedclust_jax); offline
                            when WANDB_MODE=offline, without a W&B login or without network (said
                            on stderr with the folder ``wandb sync`` uploads), extra [wandb]
 
 What each receives, per run (``run``: one; ``compare``: one per algorithm; ``sweep``: one per
-point and algorithm, grouped by sweep; ``reproduce``: those of its runner):
+point and algorithm, grouped by sweep; ``reproduce``: those of its runner, grouped by table):
   parameters   the effective settings (dataset, model, rounds, seed, restarts, eval_every,
                dtype, ``data.<k>``, ``model_args.<k>``, ``params.<k>``; a sweep point's
                swept paths too), at the start of the run;
@@ -214,13 +215,13 @@ def loggers(specs, group: str | None = None) -> Loggers | None:
     return Loggers(sinks, group)
 
 
-def track_run(loggers, name: str, cfg, data, checkpoint: str | None = None):
+def track_run(specs, name: str, cfg, data, checkpoint: str | None = None):
     """The ``Tracked`` run of ``run_experiment`` (None without loggers): its parameters
     (``run_params``), its resume file beside ``checkpoint``, its curve rounds."""
-    loggers = globals()["loggers"](loggers)
-    if loggers is None:
+    found = loggers(specs)
+    if found is None:
         return None
-    return loggers.track(name, run_params(name, cfg, data), eval_every=cfg.eval_every,
+    return found.track(name, run_params(name, cfg, data), eval_every=cfg.eval_every,
                          resume_file=None if checkpoint is None else resume_path(checkpoint))
 
 
