@@ -476,3 +476,20 @@ def test_every_command_takes_log_and_refuses_a_bad_sink_in_one_line(command, cap
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "--log 'neptune': unknown tracker 'neptune'" in err
+
+
+def test_wandb_goes_offline_without_a_login_or_a_network_and_says_why(tmp_path, monkeypatch):
+    """No network is used: the reachability probe is replaced."""
+    from fedclust_jax.tracking import wandb_sink
+    for k in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))           # no login there
+    monkeypatch.setattr(wandb_sink, "_reachable", lambda *a, **k: pytest.fail("probed"))
+    assert wandb_sink.mode() == ("offline", "no W&B login: `wandb login` or WANDB_API_KEY")
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setattr(wandb_sink, "_reachable", lambda host, port, timeout=3.0: False)
+    assert wandb_sink.mode() == ("offline", "api.wandb.ai cannot be reached")
+    monkeypatch.setattr(wandb_sink, "_reachable", lambda host, port, timeout=3.0: True)
+    assert wandb_sink.mode() == ("online", None)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert wandb_sink.mode() == ("offline", "WANDB_MODE=offline")
