@@ -493,3 +493,23 @@ def test_wandb_goes_offline_without_a_login_or_a_network_and_says_why(tmp_path, 
     assert wandb_sink.mode() == ("online", None)
     monkeypatch.setenv("WANDB_MODE", "offline")
     assert wandb_sink.mode() == ("offline", "WANDB_MODE=offline")
+
+
+def test_a_failure_of_the_logging_itself_warns_once_and_the_run_goes_on(tmp_path, capsys,
+                                                                       monkeypatch):
+    need("tensorboard")
+    from fedclust_jax.tracking import runs
+
+    def broken(*args):
+        raise KeyError("eval.table")
+    monkeypatch.setattr(runs, "_curve_rounds", broken)           # a sweep call's records
+    monkeypatch.setattr(runs.Tracked, "_curves", broken)          # a run's curve points
+    study = {**STUDY, "rounds": 10, "algorithms": {**STUDY["algorithms"],
+                                                   "fedavg": {"lr": 0.05}}}
+    results = run_study(study, progress=False, loggers=[f"tensorboard:{tmp_path / 'tb'}"])
+    assert [r["algorithm"] for r in results] == ["ifca", "fedavg"]
+    assert results[0]["curves"]["round"] == [5, 10]
+    err = capsys.readouterr().err
+    assert err.count("fedclust-jax: warning: logging ifca failed (KeyError: 'eval.table'); "
+                     "the run goes on without its trackers") == 1
+    assert "logging fedavg failed" not in err                    # said once for the command

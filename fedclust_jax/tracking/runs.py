@@ -16,6 +16,27 @@ import sys
 
 from fedclust_jax.tracking.params import summary_values
 
+
+def _guarded(method):
+    """A method of ``Tracked`` whose own failure (not a sink's, which ``_each`` guards) is
+    said once and stops this run's logging: the run itself goes on."""
+    def call(self, *args):
+        if self.broken:
+            return None
+        try:
+            return method(self, *args)
+        except Exception as e:
+            self.broken = True
+            if "tracking" not in self.loggers.failed:
+                self.loggers.failed.add("tracking")
+                print(f"fedclust-jax: warning: logging {self.run.name} failed "
+                      f"({type(e).__name__}: {str(e).strip()[:200]}); the run goes on without "
+                      f"its trackers", file=sys.stderr, flush=True)
+            self.close("failed")
+            return None
+    call.__name__, call.__doc__ = method.__name__, method.__doc__
+    return call
+
 class RunInfo:
     """What a sink opens a run with: its name, group (None: none), parameters (flat
     {key: number, string or bool}) and, on resume, the state the sink returned before."""
@@ -61,7 +82,7 @@ class Tracked:
         self.loggers, self.run, self.resume_file = loggers, run, resume_file
         self.eval_every, self.key = eval_every, key
         self.handles: dict[str, object] = {}
-        self.opened, self.closed, self.last = False, False, 0
+        self.opened, self.closed, self.broken, self.last = False, False, False, 0
 
     # ---- opening, guarding
     def _open(self, resuming: bool):
@@ -124,6 +145,7 @@ class Tracked:
         self._save()
 
     # ---- what the runner calls
+    @_guarded
     def chunk(self, start: int, stop: int, history: dict, spec: dict | None):
         """After the chunk of rounds start..stop-1 (``experiment.run_rounds``): history
         {name: [R, stop - start, ...]} as it came back, "eval.<name>" records included."""
@@ -145,6 +167,7 @@ class Tracked:
             self._curves(steps, rounds, records, spec)
         self._steps(steps)
 
+    @_guarded
     def records(self, start: int, stop: int, records: dict, spec: dict | None):
         """A sweep call's chunk: this point's records {name: [R, T, ...]} at the curve
         rounds of start..stop-1, "round.<name>" for the algorithm's round metrics."""
@@ -176,6 +199,7 @@ class Tracked:
                 for t, x in zip(rounds, values):
                     steps.setdefault(t, {})[_series(name, r, restarts)] = float(x)
 
+    @_guarded
     def finish(self, result: dict):
         """The summary (``summary_values``) and the end of the logged run."""
         self._open(resuming=True)
