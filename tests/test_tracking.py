@@ -289,13 +289,17 @@ def test_a_compare_logs_one_run_per_algorithm_and_restarts_as_series(tmp_path):
 
 
 def test_a_sweep_logs_a_run_per_point_with_its_swept_values_grouped(tmp_path, store,
-                                                                     experiment):
+                                                                     experiment, monkeypatch):
     need("tensorboard")
     need("mlflow")
+    need("wandb")
     from mlflow.tracking import MlflowClient
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     logdir, uri = str(tmp_path / "tb"), store
     sweep = {**STUDY, "rounds": 10, "sweep": {"ifca.lr": [0.05, 0.1]}}
-    rows = run_sweep(sweep, progress=False, loggers=[f"tensorboard:{logdir}", f"mlflow:{uri}"])
+    rows = run_sweep(sweep, progress=False,
+                     loggers=[f"tensorboard:{logdir}", f"mlflow:{uri}", "wandb"])
     runs = event_runs(logdir)
     assert len(runs) == 2 and len({k.split(os.sep)[0] for k in runs}) == 1
     group = next(iter(runs)).split(os.sep)[0]
@@ -312,6 +316,11 @@ def test_a_sweep_logs_a_run_per_point_with_its_swept_values_grouped(tmp_path, st
                                filter_string=f"tags.group = '{group}'")
     assert sorted(r.data.params["ifca.lr"] for r in found) == ["0.05", "0.1"]
     assert all(len(client.get_metric_history(r.info.run_id, "test_loss")) == 2 for r in found)
+    wb = list(wandb_run(tmp_path).values())        # the points' runs, side by side
+    assert sorted(r["config"]["ifca.lr"] for r in wb) == [0.05, 0.1]
+    assert {r["group"] for r in wb} == {group}
+    assert all(sorted(t for t, row in r["history"].items() if "test_loss" in row) == [5, 10]
+               for r in wb)
 
 
 def test_a_resumed_run_continues_the_same_logged_run_without_a_step_twice(
