@@ -24,6 +24,7 @@ html_theme = "alabaster"
 html_theme_options = {"description": "clustered and Byzantine-robust federated learning in JAX",
                       "fixed_sidebar": True}
 html_static_path = []
+html_show_copyright = False
 
 
 # The docstrings are plain text, written for ``help()`` and a terminal: indented lines are

@@ -71,6 +71,7 @@ class WandBRun:
             project=project or os.environ.get("WANDB_PROJECT") or PROJECT, id=self.id,
             name=run.name, group=run.group, config=None if resume else run.params,
             resume="allow", mode=how, reinit="create_new",
+            dir=os.environ.get("WANDB_DIR") or os.getcwd(),   # read at each run, not once
             settings=wandb.Settings(silent=True, console="off", disable_git=True,
                                     save_code=False))
         if how == "offline":
