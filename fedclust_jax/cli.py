@@ -20,6 +20,7 @@ if os.path.basename(sys.argv[0]) == "fedclust-jax":   # the program: before JAX 
 from fedclust_jax.algorithms.registry import ALGORITHMS, accepted_params
 from fedclust_jax.config_check import CliText
 from fedclust_jax.presets import DEFAULT_PRESET, PRESETS, dataset_study, preset
+from fedclust_jax.tracking import add_log_argument, loggers as check_loggers
 
 EPILOG = """\
 examples:
@@ -247,6 +248,7 @@ def add_common(p: argparse.ArgumentParser):
                    "whatever made it")
     g.add_argument("--no-progress", action="store_true", help="no progress reports (they go to stderr at "
                                                                "least every 10 s, or every round)")
+    add_log_argument(g)
 
 
 def add_checkpoint_every(g):
@@ -300,6 +302,7 @@ def make_parser() -> argparse.ArgumentParser:
                      "command skips what ended and resumes the rest")
     add_checkpoint_every(swp)
     swp.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    add_log_argument(swp)
     lst = sub.add_parser("list", help="list datasets, models, algorithms and presets; "
                                       "`list NAME`: its parameters with defaults, types and meanings")
     lst.add_argument("name", nargs="?", help="an algorithm, dataset, model or preset")
@@ -661,6 +664,7 @@ def _main(argv, state: RunState) -> int:
                                       format_settings, format_table, planned_settings,
                                       save_results)
     try:
+        loggers = check_loggers(args.log)   # a tracker not installed: one line, before compute
         study = build_study(args, single=args.command == "run")
         configs = study_configs(study)  # every value type- and range-checked, no data built
         devices = check_study_value("devices", args.devices) if args.devices is not None else None
@@ -688,7 +692,7 @@ def _main(argv, state: RunState) -> int:
         writer = OutputAsItComes(target, lambda rs: output_of(rs, args.command, command_line))
         results = run_study(study, progress=not args.no_progress, checkpoint=args.checkpoint,
                             devices=devices, on_start=on_start, checkpoint_every=cadence,
-                            on_result=writer, keep_state=bool(args.save_state))
+                            on_result=writer, keep_state=bool(args.save_state), loggers=loggers)
     except (ValueError, FileNotFoundError) as e:
         return error(e)
     except SaveFailed as e:
@@ -792,6 +796,7 @@ def main_sweep(args, state: RunState) -> int:
     from fedclust_jax.results import check_rows_path, format_rows, format_sweep_plan, save_rows
     from fedclust_jax.sweep import grid_key, parse_sweep, run_sweep
     try:
+        loggers = check_loggers(args.log)   # a tracker not installed: one line, before compute
         study = load_config(args.config)
         if args.eval_every is not None:
             study["eval_every"] = args.eval_every
@@ -811,7 +816,7 @@ def main_sweep(args, state: RunState) -> int:
               flush=True)
         writer = OutputAsItComes(target, lambda rows: rows, rows=True)
         rows = run_sweep(study, progress=not args.no_progress, checkpoint=args.checkpoint,
-                         checkpoint_every=cadence, on_rows=writer)
+                         checkpoint_every=cadence, on_rows=writer, loggers=loggers)
     except (ValueError, FileNotFoundError) as e:
         return error(e)
     except SaveFailed as e:

@@ -22,7 +22,7 @@ import numpy as np
 
 from fedclust_jax import checkpoint as ckpt
 from fedclust_jax import config_check, registry_check
-from fedclust_jax import loop, metrics
+from fedclust_jax import loop, metrics, tracking
 from fedclust_jax.contract import check_algorithm
 from fedclust_jax.core.memory import OutOfMemoryAtStart, out_of_memory_line
 from fedclust_jax.core.sharding import active_mesh, place_for_split, replicated
@@ -104,7 +104,7 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
                rounds_per_chunk: int | None = None, progress: bool = True,
                checkpoint: str | None = None, config: dict | None = None, mesh=None,
                eval_every: int | None = None, label: str | None = None,
-               checkpoint_every=None):
+               checkpoint_every=None, tracker=None):
     """Runs ``rounds`` rounds of ``alg`` for ``restarts`` independent initialisations from
     the run key ``key`` (``loop.restart_keys``), in chunks of rounds (``loop.run_chunk``).
 
@@ -120,11 +120,12 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
     the next state). eval_every: E adds "eval.<name>" entries to the history ([R, rounds,
     ...], recorded after every E-th round; ``loop.split_history`` takes them out).
     label: the name progress lines and an interruption give (default ``alg.name``).
+    tracker: a ``tracking.Tracked`` given each chunk's history as it returns.
     An interrupt (Ctrl-C, SIGTERM turned into KeyboardInterrupt) writes the last finished
     chunk's state (kept on the host after every chunk when there is a checkpoint) and raises
     ``progress.RunInterrupted`` with the rounds done and the round the file holds (at most
-    the chunk behind; a SIGKILL loses at most the cadence). A save that fails raises ``checkpoint.SaveFailed`` (one line; the file
-    keeps its last good round). The device out of memory before the first chunk of rounds
+    the chunk behind; a SIGKILL loses at most the cadence). A save that fails raises
+    ``checkpoint.SaveFailed`` (one line; the file keeps its last good round). The device out of memory before the first chunk of rounds
     ended (init included) raises ``core.memory.OutOfMemoryAtStart``.
     Returns (final states with leading axis R, per-round metrics dict of [R, rounds] arrays).
     """
@@ -180,6 +181,8 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
                     ckpt.write(last)
                     saved_round = stop
                     schedule.saved()
+            if tracker is not None:
+                tracker.chunk(start, stop, hist, spec)
             bar.update(stop, metrics_text(hist))
             start = stop
         if checkpoint and saved_round != rounds:     # zero rounds: the file still says so
@@ -187,6 +190,8 @@ def run_rounds(alg, data, key, *, rounds: int, restarts: int = 1,
             saved_round = rounds
     except KeyboardInterrupt:
         saved_round = ckpt.write_on_interrupt(last, saved_round)
+        if tracker is not None:
+            tracker.close("interrupted")
         raise RunInterrupted(label, done, rounds, checkpoint, saved_round) from None
     except Exception as e:
         oom = out_of_memory_line(e)
@@ -373,7 +378,7 @@ def end_of_run(alg, states, data, restarts: int, to_host=lambda tree: tree):
 def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
                    checkpoint: str | None = None, devices: int | None = None,
                    memory_limit: int | None = None, label: str | None = None,
-                   keep_state: bool = False, checkpoint_every=None) -> dict:
+                   keep_state: bool = False, checkpoint_every=None, loggers=None) -> dict:
     """Builds data (unless given), model and algorithm, runs, evaluates. Returns a JSON-able
     dict: config, metrics (of the restart with the lowest training objective), restart
     diagnostics, per-round history (the algorithm's round metrics), wall time and, with
@@ -391,6 +396,8 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
     keep_state: also return "trained", the chosen restart's ``trained.Trained`` (cluster
     models, assignment, per-client metrics, ``predict``, ``save``); not JSON, so drop it
     before writing the dict as JSON.
+    loggers: trackers (``tracking.loggers``: --log texts or sinks) given the run's
+    settings, its metrics as each chunk returns and its summary.
     The result's "layout" records the client layout used and the memory estimate.
     """
     if data is None:
@@ -409,6 +416,7 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
         data = shard_clients(data, mesh)
     elif (split := active_mesh()) is not None:   # walks split over host devices
         data = place_for_split(data, split)
+    tracker = tracking.track_run(loggers, label or cfg.algorithm, cfg, host_data, checkpoint)
     t0 = time.perf_counter()
     while True:
         try:
@@ -416,7 +424,7 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
                 alg, data, loop.run_key(cfg.seed), rounds=cfg.rounds, restarts=cfg.restarts,
                 rounds_per_chunk=cfg.rounds_per_chunk, progress=progress, checkpoint=checkpoint,
                 config=cfg.to_dict(), mesh=mesh, eval_every=cfg.eval_every, label=label,
-                checkpoint_every=checkpoint_every)
+                checkpoint_every=checkpoint_every, tracker=tracker)
             break
         except OutOfMemoryAtStart as e:   # the estimate is a model: "auto" halves its chunk
             alg, layout = _halved_layout(alg, layout, data, str(e), label or cfg.algorithm,
@@ -445,6 +453,8 @@ def run_experiment(cfg: ExperimentConfig, *, data=None, progress: bool = True,
         out["curves"] = curves_from_records({k: v[chosen] for k, v in records.items()}, done,
                                             eval_spec(alg, host_data),
                                             {k: v[chosen] for k, v in history.items()})
+    if tracker is not None:
+        tracker.finish(out)
     if keep_state:
         from fedclust_jax.trained import from_evaluation
         state = jax.device_get(jax.tree.map(lambda a: a[chosen], to_host(states)))
@@ -542,7 +552,7 @@ def check_fits_data(label: str, cfg: ExperimentConfig, data):
 
 def run_study(study: dict, *, progress: bool = True, checkpoint: str | None = None,
               devices: int | None = None, on_start=None, checkpoint_every=None,
-              on_result=None, keep_state: bool = False) -> list[dict]:
+              on_result=None, keep_state: bool = False, loggers=None) -> list[dict]:
     """Runs every algorithm of a study on the same data (same seed), returns the results,
     each with "effective" (every parameter as run, the model) and "environment" (versions,
     backend, device) added.
@@ -558,11 +568,14 @@ def run_study(study: dict, *, progress: bool = True, checkpoint: str | None = No
     its checkpoint), e.g. to write them as they come.
     keep_state: each result also holds "trained" (``run_experiment``'s); an algorithm ended
     in its checkpoint is then evaluated again from it (no rounds run).
+    loggers: trackers (``tracking.loggers``), checked before anything runs; one logged run
+    per algorithm, several grouped as one study.
     """
     from fedclust_jax.algorithms.registry import effective_params
     from fedclust_jax.models.registry import DEFAULT_MODEL
     from fedclust_jax.results import environment
     configs = study_configs(study)
+    loggers = tracking.loggers(loggers, group=tracking.study_group(configs))
     paths = checkpoint_paths(checkpoint, [label for label, _ in configs])
     ended = {label: finished_result(paths[label], cfg) for label, cfg in configs}
     data = None
@@ -586,7 +599,7 @@ def run_study(study: dict, *, progress: bool = True, checkpoint: str | None = No
                 on_start(label, cfg, data)
             r = run_experiment(cfg, data=data, progress=progress, checkpoint=paths[label],
                                devices=devices, label=label, checkpoint_every=checkpoint_every,
-                               keep_state=keep_state)
+                               keep_state=keep_state, loggers=loggers)
             r["algorithm"] = label
             r["effective"] = {"dataset": cfg.dataset, "data": effective_data(cfg),
                               "model": cfg.model or DEFAULT_MODEL[data.task],

@@ -193,7 +193,7 @@ def studies(spec: dict, *, quick: bool = False, seeds: list[int] | None = None,
 # ----------------------------------------------------------------------------- running
 
 def _study_rows(study: dict, progress: bool, checkpoint: str | None = None,
-                checkpoint_every=None) -> list[dict]:
+                checkpoint_every=None, loggers=None) -> list[dict]:
     """run_study for every point of the study's sweep: one row per (algorithm, point, seed)
     with the swept paths, seed, rounds, the final metrics and "restarts.<key>" entries.
     checkpoint: a folder holding each point's checkpoint (``point_checkpoint``)."""
@@ -205,7 +205,7 @@ def _study_rows(study: dict, progress: bool, checkpoint: str | None = None,
         setting = dict(zip(paths, point))
         for r in run_study(apply_point(base, setting), progress=progress,
                            checkpoint=point_checkpoint(checkpoint, i),
-                           checkpoint_every=checkpoint_every):
+                           checkpoint_every=checkpoint_every, loggers=loggers):
             row = {"algorithm": r["algorithm"], "point": i, **setting,
                    "seed": r["config"]["seed"], "rounds": r["config"]["rounds"],
                    "restarts": r["config"]["restarts"], "wall_s": r["wall_s"]}
@@ -218,19 +218,24 @@ def _study_rows(study: dict, progress: bool, checkpoint: str | None = None,
 
 def run_table(spec: dict, *, quick: bool = False, seeds: list[int] | None = None,
               data_dir: str | None = None, progress: bool = True,
-              checkpoint: str | None = None, checkpoint_every=None) -> list[dict]:
+              checkpoint: str | None = None, checkpoint_every=None,
+              loggers=None) -> list[dict]:
     """The rows of every part through the runner (``run_sweep`` or ``run_study``), each
     with "part" added; curves are dropped (the tables read final metrics). checkpoint: the
     table's folder (``open_checkpoint``, checked before anything runs), each part resumable
-    in its own; checkpoint_every: its cadence ("60s" or "50r")."""
+    in its own; checkpoint_every: its cadence ("60s" or "50r"); loggers: trackers
+    (``tracking.loggers``), one logged run per point and algorithm, grouped by table part."""
+    from fedclust_jax import tracking
     from fedclust_jax.sweep import run_sweep
     checkpoint_every = open_checkpoint(spec, quick, seeds, checkpoint, checkpoint_every)
     runner = spec["table"].get("runner", "sweep")
     rows = []
     for part, study in studies(spec, quick=quick, seeds=seeds, data_dir=data_dir).items():
         ck = part_checkpoint(checkpoint, part)
-        got = (run_sweep(study, progress=progress, checkpoint=ck, checkpoint_every=checkpoint_every)
-               if runner == "sweep" else _study_rows(study, progress, ck, checkpoint_every))
+        logged = tracking.loggers(loggers, group=spec["id"] + (f"-{part}" if part else ""))
+        got = (run_sweep(study, progress=progress, checkpoint=ck, checkpoint_every=checkpoint_every,
+                         loggers=logged)
+               if runner == "sweep" else _study_rows(study, progress, ck, checkpoint_every, logged))
         for r in got:
             rows += [{"part": part, **x} for x in curve_points(r)]
     return rows
@@ -549,6 +554,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seeds to run (default: the study file's)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     add_checkpoint_arguments(p)
+    from fedclust_jax.tracking import add_log_argument
+    add_log_argument(p)
 
 
 def main(args) -> int:
@@ -564,6 +571,8 @@ def main(args) -> int:
     try:
         if not args.table:
             raise ValueError("name a table, e.g. srfca-table5 (--list shows them)")
+        from fedclust_jax.tracking import loggers as check_loggers
+        loggers = check_loggers(getattr(args, "log", None))   # before compute, one line
         spec = load_spec(args.table)
         if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
             raise ValueError(f"--seeds {args.seeds}: give distinct integers >= 0")
@@ -590,7 +599,8 @@ def main(args) -> int:
     t0 = time.perf_counter()
     try:
         rows = run_table(spec, quick=args.quick, seeds=args.seeds, data_dir=args.data_dir,
-                         progress=not args.no_progress, **checkpoint_arguments(args))
+                         progress=not args.no_progress, loggers=loggers,
+                         **checkpoint_arguments(args))
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

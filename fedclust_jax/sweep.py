@@ -56,6 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedclust_jax import checkpoint as ckpt
+from fedclust_jax import tracking
 from fedclust_jax.algorithms import hparams
 from fedclust_jax.algorithms.registry import ALGORITHMS, accepted_params, effective_params
 from fedclust_jax.core.memory import OutOfMemoryAtStart, out_of_memory_line
@@ -327,7 +328,7 @@ def _calls(n: int, c: int) -> list[list[int]]:
 
 def run_group(g: int, group: dict, datas: PointData, paths: list[str], *, memory_limit=None,
               max_points=None, stats: dict, progress: bool = True, store=None,
-              cadence=None, on_call=None, programs_count: int = 1) -> None:
+              cadence=None, on_call=None, programs_count: int = 1, loggers=None) -> None:
     """Runs one group's points in calls of c points; the rows of each call, in item order,
     go to ``on_call(rows)`` as it ends. With ``store`` (``sweep_store.SweepStore``) an
     ended call's rows are read back instead of run, the call in flight resumes from its
@@ -356,7 +357,7 @@ def run_group(g: int, group: dict, datas: PointData, paths: list[str], *, memory
     if c is not None:
         _run_calls(g, group, datas, paths, programs, c, calls, ended, data0, shared,
                    store=store, cadence=cadence, on_call=on_call, progress=progress,
-                   programs_count=programs_count)
+                   programs_count=programs_count, loggers=loggers)
         return
     c = _fit_points(alg, data0, layout, cfg0.restarts, n, shared, memory_limit)
     if max_points is not None:
@@ -368,7 +369,7 @@ def run_group(g: int, group: dict, datas: PointData, paths: list[str], *, memory
         try:
             _run_calls(g, group, datas, paths, programs, c, calls, [None] * len(calls), data0,
                        shared, store=store, cadence=cadence, on_call=on_call,
-                       progress=progress, programs_count=programs_count)
+                       progress=progress, programs_count=programs_count, loggers=loggers)
             return
         except OutOfMemoryAtStart as e:
             if c == 1:
@@ -382,7 +383,7 @@ def run_group(g: int, group: dict, datas: PointData, paths: list[str], *, memory
 
 
 def _run_calls(g, group, datas, paths, programs, c, calls, ended, data0, shared, *, store,
-               cadence, on_call, progress, programs_count):
+               cadence, on_call, progress, programs_count, loggers=None):
     """Runs the group's calls of c points (``run_group``); raises ``core.memory.OutOfMemoryAtStart``
     when the first call run here (none ended before it) does not fit in the device."""
     from fedclust_jax.sweep_calls import CallRun, run_call
@@ -411,12 +412,18 @@ def _run_calls(g, group, datas, paths, programs, c, calls, ended, data0, shared,
                  f"{_points([items[i][0] for i in dict.fromkeys(idx)])})")
         state_path = store.state_path(g, k) if store is not None else None
         status = CallRun(cfg0.rounds, where, state_path)
+        tracker = None if loggers is None else loggers.call(
+            [_tracked(items[i], g, paths, data0 if shared else datas.get(items[i][2]))
+             for i in dict.fromkeys(idx)], state_path=state_path, eval_every=cfg0.eval_every)
         try:
             objective, evaluation, records = run_call(
                 programs, hp, data, seeds, state_path=state_path,
                 config=store.call_config(g, k, [items[i][0] for i in idx]) if store else {},
-                cadence=cadence, label=f"sweep {where}", progress=progress, status=status)
+                cadence=cadence, label=f"sweep {where}", progress=progress, status=status,
+                tracker=tracker)
         except KeyboardInterrupt:
+            if tracker is not None:
+                tracker.close("interrupted")
             raise CallInterrupted(status) from None
         except jax.errors.ConcretizationTypeError as e:     # Python code on a traced value
             swept = ", ".join(group["traced"]) or "none"
@@ -431,7 +438,7 @@ def _run_calls(g, group, datas, paths, programs, c, calls, ended, data0, shared,
             raise OutOfMemoryAtStart(oom) from None
         first = False
         wall = time.perf_counter() - t0
-        rows = []
+        rows, summaries = [], []
         for j, i in enumerate(dict.fromkeys(idx)):
             obj = np.asarray(objective[j])
             chosen = int(np.nanargmin(obj)) if np.isfinite(obj).any() else 0
@@ -448,6 +455,9 @@ def _run_calls(g, group, datas, paths, programs, c, calls, ended, data0, shared,
                 for key, values in own.items():     # the algorithm's round metrics
                     curves.setdefault(key[len("round."):], [float(x) for x in values])
             rows.append(_row(label, point, g, paths, cfg, point_data, metrics, curves, wall))
+            summaries.append({"metrics": metrics, "wall_s": wall})
+        if tracker is not None:
+            tracker.finish(summaries)
         rows = as_json(rows)
         if store is not None:
             store.end(g, k, rows)
@@ -472,6 +482,14 @@ class CallInterrupted(KeyboardInterrupt):
     def __init__(self, status):
         super().__init__(status.where)
         self.status = status
+
+
+def _tracked(item, g, paths, data) -> tuple[str, dict]:
+    """A point's logged run: its name (``<label>-p<point>``, numbered from 1) and its
+    parameters (its row's settings and swept values, ``tracking.sweep_params``)."""
+    point, label, cfg = item
+    return (f"{label}-p{point + 1}",
+            tracking.sweep_params(_row(label, point, g, paths, cfg, data, {}, None, None)))
 
 
 def _row(label, point, g, paths, cfg, data, metrics, curves, wall) -> dict:
@@ -506,7 +524,8 @@ def _row(label, point, g, paths, cfg, data, metrics, curves, wall) -> dict:
 
 def run_sweep(study: dict, *, progress: bool = True, memory_limit: int | None = None,
               max_points: int | None = None, stats: dict | None = None,
-              checkpoint: str | None = None, checkpoint_every=None, on_rows=None) -> list[dict]:
+              checkpoint: str | None = None, checkpoint_every=None, on_rows=None,
+              loggers=None) -> list[dict]:
     """Runs the study's sweep (module docstring); returns the rows, ordered by algorithm
     (the study's order), then grid point.
 
@@ -520,10 +539,13 @@ def run_sweep(study: dict, *, progress: bool = True, memory_limit: int | None = 
     built. on_rows: called with every row so far (ordered) after each call ends, e.g. to
     write the output as points end. An interrupt raises ``progress.RunInterrupted`` naming
     the program, the points ended and what the folder holds.
+    loggers: trackers (``tracking.loggers``), checked before anything runs; one logged run
+    per point and algorithm, its swept values among its parameters, grouped by sweep.
     """
     from fedclust_jax.progress import DEFAULT_CADENCE, Cadence, RunInterrupted
     from fedclust_jax.sweep_store import SweepStore
     stats = {} if stats is None else stats
+    loggers = tracking.sweep_loggers(loggers, study)
     cadence = Cadence.parse(checkpoint_every) if checkpoint_every is not None else DEFAULT_CADENCE
     store = None
     if checkpoint is not None:
@@ -543,7 +565,7 @@ def run_sweep(study: dict, *, progress: bool = True, memory_limit: int | None = 
         try:
             run_group(g, group, datas, paths, memory_limit=memory_limit, max_points=max_points,
                       stats=stats, progress=progress, store=store, cadence=cadence,
-                      on_call=on_call, programs_count=len(groups))
+                      on_call=on_call, programs_count=len(groups), loggers=loggers)
         except CallInterrupted as e:
             s = e.status
             kept = f"{len(rows)} of {total} point(s) ended" + (f" in {checkpoint}" if store else "")

@@ -109,12 +109,13 @@ class CallRun:
 
 
 def run_call(programs: Programs, hp, data, seeds, *, state_path: str | None, config: dict,
-             cadence, label: str, progress: bool, status: CallRun):
+             cadence, label: str, progress: bool, status: CallRun, tracker=None):
     """Runs one call's points from their saved state (``state_path``, when it exists) to the
     end: (objective [c, R], evaluation, records {name: [c, R, T, ...]} at the curve rounds).
     Saves the state at the ``cadence`` (and never after the last round: the call's rows
     follow). An interrupt writes the last finished chunk's state, then goes on as a
-    KeyboardInterrupt (``status`` says where and what the file holds)."""
+    KeyboardInterrupt (``status`` says where and what the file holds). tracker: a
+    ``tracking.CallTracker`` given each chunk's records as they return."""
     cfg, every = programs.cfg, programs.eval_every
     rounds = cfg.rounds
     like = jax.eval_shape(programs.init, hp, data, seeds)
@@ -141,6 +142,8 @@ def run_call(programs: Programs, hp, data, seeds, *, state_path: str | None, con
             jax.block_until_ready(states)         # the schedule times compute, not dispatch
             buf = jax.device_get(buf)
             records.append({k: v[:, :, :count] for k, v in buf.items()})
+            if tracker is not None:
+                tracker.records(done, stop, records[-1], programs.spec)
             status.done = done = stop
             if state_path:
                 last = ckpt.snapshot(state_path, states,

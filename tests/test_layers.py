@@ -26,7 +26,7 @@ LAYERS = {"data": 0, "models": 0, "metrics": 0, "checkpoint": 1, "core": 1, "att
           "algorithms": 3, "loop": 3, "registration": 4, "reproduce": 4, "config_check": 0, "registry_check": 4, "experiment": 4, "presets": 4, "progress": 0,
           "results": 4, "sweep": 4, "sweep_calls": 4, "sweep_store": 4, "plot": 4, "cli": 5,
           "__main__": 5, "hostdevices": 2, "bounds": 0, "__version__": 0, "describe": 0, "contract": 3,
-          "trained": 4,
+          "trained": 4, "tracking": 4,
           "__init__": 5}
 
 

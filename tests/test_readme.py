@@ -56,6 +56,10 @@ NOT_RUN = {
     "python -c \"import sys; from fedclust_jax.core.sharding import initialize_processes;":
         "needs several hosts; tests/core/test_multiprocess.py runs two processes",
     "fedclust-jax list NAME": "a pattern: `list ifca` runs",
+    'pip install -e ".[tensorboard,mlflow,wandb]"': "the trackers' extras, which CI installs",
+    "fedclust-jax run --preset rotated-digits --algorithm ifca --rounds 20 --eval-every 5":
+        "tests/test_tracking.py runs it (FEDCLUST_SLOW=1) and reads each tracker back",
+    "tensorboard --logdir runs": "starts a server; tests/test_tracking.py reads the event files",
     "python -m fedclust_jax.reproduce <paper>-<name>":
         "a pattern: tests/test_reproduce.py runs every table --quick; test_reproduce_list",
 }
