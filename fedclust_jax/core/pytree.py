@@ -7,24 +7,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-
-def path_name(path) -> str:
-    """'layers/1/kernel' for a key path of dict / sequence / attribute keys."""
-    parts = []
-    for p in path:
-        for attr in ("key", "idx", "name"):
-            if hasattr(p, attr):
-                parts.append(str(getattr(p, attr)))
-                break
-    return "/".join(parts)
-
-
-def head_mask(params, head: tuple[str, ...]):
-    """Pytree of bools: True for leaves under one of the ``head`` prefixes."""
-    def is_head(path, _):
-        name = path_name(path)
-        return any(name == h or name.startswith(h + "/") for h in head)
-    return jax.tree_util.tree_map_with_path(is_head, params)
+from fedclust_jax.models.base import head_mask, path_name  # noqa: F401 (a model's body/head split)
 
 
 def take(tree, idx):

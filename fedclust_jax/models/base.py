@@ -21,6 +21,25 @@ from flax import nnx
 Params = Any
 
 
+def path_name(path) -> str:
+    """'layers/1/kernel' for a key path of dict / sequence / attribute keys."""
+    parts = []
+    for p in path:
+        for attr in ("key", "idx", "name"):
+            if hasattr(p, attr):
+                parts.append(str(getattr(p, attr)))
+                break
+    return "/".join(parts)
+
+
+def head_mask(params, head: tuple[str, ...]):
+    """Pytree of bools: True for leaves under one of the ``head`` prefixes."""
+    def is_head(path, _):
+        name = path_name(path)
+        return any(name == h or name.startswith(h + "/") for h in head)
+    return jax.tree_util.tree_map_with_path(is_head, params)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Model:
     """init(key) -> params; apply(params, x[n, ...]) -> outputs[n, ...].
@@ -57,7 +76,6 @@ class Model:
         """A pytree of bools shaped like ``params`` (one model's, or stacked [K, ...]):
         True on the head's leaves, False on the body's. ValueError (one line) for a model
         that declares no ``head``, or one whose ``head`` names no parameter."""
-        from fedclust_jax.core.pytree import head_mask, path_name
         if not self.head:
             raise ValueError(f"model {self.name!r} declares no head; give from_nnx(..., "
                              "head=(\"group\",)) the path of its last layer")
