@@ -4,7 +4,9 @@
     python benchmarks/device_suite.py --data-dir .data --out $OUT/suite    # on one H100 / H200
     python benchmarks/device_suite.py --dry-run --data-dir .data --out /tmp/suite  # CPU, toy
 
-Parts, in order, each a subprocess with what is left of ``--budget`` (capped per part):
+Parts, in the order of ``queue`` (each a subprocess with what is left of ``--budget``,
+capped per part): first the cheapest table of ``SHORT`` still owed a full run, so that one
+lent window (15 minutes, the default budget 450 s) ends at least one table; then
 
   tests        the precision, IFCA, SR-FCA, robust and streaming tests on the device's
                backend with full float32 matmuls
@@ -13,8 +15,8 @@ Parts, in order, each a subprocess with what is left of ``--budget`` (capped per
   roofline     ``roofline.py`` in float32 and bfloat16: FLOPs, bytes, seconds and fraction
                of the probed GEMM / copy peak of every hot program
   sweep, scale ``sweep_speed.py``, ``scale.py``
-  <table id>   every study file (``TABLES``: the tables still owed a full run first, then the rest of
-               ``reproduce.table_ids()``) through ``python -m fedclust_jax.reproduce <id>
+  <table id>   every other study file (``TABLES``: the rest of ``SHORT``, then ``FIRST``, the
+               long tables still owed a full run, then the rest of ``reproduce.table_ids()``) through ``python -m fedclust_jax.reproduce <id>
                --data-dir D --out <out>/<paper>`` (``--quick`` in a dry run); copy its
                ``<paper>/<name>.md`` and ``.json`` into ``benchmarks/results/<paper>/``
 
@@ -54,8 +56,13 @@ from _common import output_file  # noqa: E402
 from fedclust_jax.reproduce import table_ids  # noqa: E402
 FIRST = ("ifca-table1", "ifca-figure3b", "ifca-figure3c", "ifca-figure3d", "ifca-table2",
          "ifca-table2code", "srfca-table4", "ifca-figure3a")
-TABLES = FIRST + tuple(t for t in table_ids() if t not in FIRST)
-PARTS = ("tests", "memory", "roofline", "roofline-bf16", "sweep", "scale", *TABLES)
+# Owed tables expected to end within one window's budget on one H100 / H200, cheapest first
+# (not yet timed on a device: from their CPU runs, SR-FCA's MNIST tables 1,000-1,300 s on
+# 2 cores, UIFCA Table 4.1 3,000 s on one; their programs are small MLP / flow rounds).
+SHORT = ("srfca-table3", "srfca-table2", "uifca-table41")
+TABLES = SHORT + FIRST + tuple(t for t in table_ids() if t not in FIRST + SHORT)
+DEVICE_PARTS = ("tests", "memory", "roofline", "roofline-bf16", "sweep", "scale")
+PARTS = DEVICE_PARTS + TABLES
 CAPS = {"tests": 100, "memory": 60, "roofline": 90, "roofline-bf16": 60, "sweep": 120,
         "scale": 180}   # seconds; tables: the rest
 TESTS = ["tests/core/test_precision.py", "tests/algorithms/test_ifca.py",
@@ -145,6 +152,14 @@ def part_command(part: str, a, out: Path, done: Done, budget: float):
                 "--checkpoint-every", DRY_CADENCE if dry else CADENCE], \
             dict(JAX_DEFAULT_MATMUL_PRECISION="highest")    # Figure 3's threshold needs float32
     raise ValueError(f"unknown part {part!r}")
+
+
+def queue(done: "Done", selected) -> list[str]:
+    """Every part, in the order they run: the first table of ``SHORT`` among ``selected``
+    that ``done`` holds no full run of (one window ends it), then ``PARTS`` in their order
+    (``DEVICE_PARTS``, then the tables)."""
+    first = [t for t in SHORT if t in selected and t not in done.tables][:1]
+    return first + [p for p in PARTS if p not in first]
 
 
 def summary(out: Path, command: str, records: list[dict], archive: str | None) -> None:
@@ -261,7 +276,7 @@ def main(argv=None) -> int:
         earlier = resume_from(a.resume_from, out)
     done, records = Done(folders), []
     deadline = time.monotonic() + (min(a.budget, 240.0) if a.dry_run else a.budget)
-    for part in PARTS:
+    for part in queue(done, a.parts):
         t0, left = time.monotonic(), deadline - time.monotonic()
         budget = left if a.dry_run else min(CAPS.get(part, left), left)
         if part not in a.parts:

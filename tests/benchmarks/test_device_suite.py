@@ -47,7 +47,9 @@ def test_dry_run_writes_each_part_its_table_and_a_parsable_summary(tmp_path):
     out = tmp_path / "out"
     summary = json.loads((out / "summary.json").read_text())
     status = {r["part"]: r for r in summary["parts"]}
-    assert list(status)[:5] == ["tests", "memory", "roofline", "roofline-bf16", "sweep"]
+    # nothing is done in a dry run: the first SHORT table leads the queue (skipped here, not
+    # in --parts), then the device parts
+    assert list(status)[:6] == ["srfca-table3", "tests", "memory", "roofline", "roofline-bf16", "sweep"]
     assert status["tests"]["status"] == status["roofline"]["status"] == "skipped"
     for part in ("memory", "sweep", "ifca-figure3b"):
         assert status[part]["status"] == "ok", status[part]
@@ -105,3 +107,19 @@ def test_prepare_data_refuses_a_missing_source(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})   # as on a device: no install
     assert res.returncode != 0 and "not found under" in res.stderr
+
+
+
+def test_the_queue_opens_with_the_cheapest_owed_short_table():
+    """A 15-minute window ends a table: the first part run is the first SHORT table not yet
+    done, before the device parts (the dry run's order: the first test above)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import device_suite as ds
+    none, done = ds.Done([]), ds.Done([])
+    done.tables = {ds.SHORT[0]}
+    assert ds.queue(none, ds.PARTS)[:2] == [ds.SHORT[0], "tests"]
+    assert ds.queue(done, ds.PARTS)[:2] == [ds.SHORT[1], "tests"]      # the next owed one leads
+    assert ds.queue(none, ["tests", "sweep"])[:1] == ["tests"]        # none selected: PARTS order
+    assert ds.queue(none, [ds.SHORT[2], "tests"])[0] == ds.SHORT[2]
+    assert sorted(ds.queue(none, ds.PARTS)) == sorted(ds.PARTS)
+    assert set(ds.SHORT) <= set(reproduce.table_ids())
