@@ -16,8 +16,8 @@ lent window (15 minutes, the default budget 450 s) ends at least one table; then
                of the probed GEMM / copy peak of every hot program
   sweep, scale ``sweep_speed.py``, ``scale.py``
   <table id>   every other study file (``TABLES``: the rest of ``SHORT``, then ``FIRST``, the
-               long tables still owed a full run, then the rest of ``reproduce.table_ids()``) through ``python -m fedclust_jax.reproduce <id>
-               --data-dir D --out <out>/<paper>`` (``--quick`` in a dry run); copy its
+               long tables still owed a full run, then the rest of ``reproduce.table_ids()``)
+               through ``python -m fedclust_jax.reproduce <id> --data-dir D --out <out>/<paper>`` (``--quick`` in a dry run); copy its
                ``<paper>/<name>.md`` and ``.json`` into ``benchmarks/results/<paper>/``
 
 Sessions are short, so the work spans runs: ``--done`` (default ``benchmarks/results`` on a
