@@ -17,8 +17,9 @@ lent window (15 minutes, the default budget 450 s) ends at least one table; then
   sweep, scale ``sweep_speed.py``, ``scale.py``
   <table id>   every other study file (``TABLES``: the rest of ``SHORT``, then ``FIRST``, the
                long tables still owed a full run, then the rest of ``reproduce.table_ids()``)
-               through ``python -m fedclust_jax.reproduce <id> --data-dir D --out <out>/<paper>`` (``--quick`` in a dry run); copy its
-               ``<paper>/<name>.md`` and ``.json`` into ``benchmarks/results/<paper>/``
+               through ``python -m fedclust_jax.reproduce <id> --data-dir D --out
+               <out>/<paper>`` (``--quick`` in a dry run); copy its ``<paper>/<name>.md``
+               and ``.json`` into ``benchmarks/results/<paper>/``
 
 Sessions are short, so the work spans runs: ``--done`` (default ``benchmarks/results`` on a
 full-size run) skips a table whose ``<paper>/<name>.json`` there is a full run, a part an
