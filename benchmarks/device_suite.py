@@ -4,7 +4,9 @@
     python benchmarks/device_suite.py --data-dir .data --out $OUT/suite    # on one H100 / H200
     python benchmarks/device_suite.py --dry-run --data-dir .data --out /tmp/suite  # CPU, toy
 
-Parts, in order, each a subprocess with what is left of ``--budget`` (capped per part):
+Parts, in the order of ``queue`` (each a subprocess with what is left of ``--budget``,
+capped per part): first the cheapest table of ``SHORT`` still owed a full run, so that one
+lent window (15 minutes, the default budget 450 s) ends at least one table; then
 
   tests        the precision, IFCA, SR-FCA, robust and streaming tests on the device's
                backend with full float32 matmuls
@@ -18,10 +20,11 @@ Parts, in order, each a subprocess with what is left of ``--budget`` (capped per
                Python imports it (carry its wheels: ``fedjax==0.0.17``, ``dm-haiku==0.0.17``,
                ``jmp``; the FedJAX child supplies ``jax.tree_map`` on a newer JAX), else ours
                alone (``peers_scale.md`` names the frameworks that ran)
-  <table id>   every study file (``TABLES``: the tables still owed a full run first, then the rest of
-               ``reproduce.table_ids()``) through ``python -m fedclust_jax.reproduce <id>
-               --data-dir D --out <out>/<paper>`` (``--quick`` in a dry run); copy its
-               ``<paper>/<name>.md`` and ``.json`` into ``benchmarks/results/<paper>/``
+  <table id>   every other study file (``TABLES``: the rest of ``SHORT``, then ``FIRST``, the
+               long tables still owed a full run, then the rest of ``reproduce.table_ids()``)
+               through ``python -m fedclust_jax.reproduce <id> --data-dir D --out
+               <out>/<paper>`` (``--quick`` in a dry run); copy its ``<paper>/<name>.md``
+               and ``.json`` into ``benchmarks/results/<paper>/``
 
 Sessions are short, so the work spans runs: ``--done`` (default ``benchmarks/results`` on a
 full-size run) skips a table whose ``<paper>/<name>.json`` there is a full run, a part an
@@ -60,8 +63,13 @@ from _common import output_file  # noqa: E402
 from fedclust_jax.reproduce import table_ids  # noqa: E402
 FIRST = ("ifca-table1", "ifca-figure3b", "ifca-figure3c", "ifca-figure3d", "ifca-table2",
          "ifca-table2code", "srfca-table4", "ifca-figure3a")
-TABLES = FIRST + tuple(t for t in table_ids() if t not in FIRST)
-PARTS = ("tests", "memory", "roofline", "roofline-bf16", "sweep", "scale", "peers-scale", *TABLES)
+# Owed tables expected to end within one window's budget on one H100 / H200, cheapest first
+# (not yet timed on a device: from their CPU runs, SR-FCA's MNIST tables 1,000-1,300 s on
+# 2 cores, UIFCA Table 4.1 3,000 s on one; their programs are small MLP / flow rounds).
+SHORT = ("srfca-table3", "srfca-table2", "uifca-table41")
+TABLES = SHORT + FIRST + tuple(t for t in table_ids() if t not in FIRST + SHORT)
+DEVICE_PARTS = ("tests", "memory", "roofline", "roofline-bf16", "sweep", "scale", "peers-scale")
+PARTS = DEVICE_PARTS + TABLES
 CAPS = {"tests": 100, "memory": 60, "roofline": 90, "roofline-bf16": 60, "sweep": 120,
         "scale": 180, "peers-scale": 300}   # seconds; tables: the rest
 PEERS_SCALE_CLIENTS = ("1000", "10000", "100000")
@@ -161,6 +169,14 @@ def part_command(part: str, a, out: Path, done: Done, budget: float):
                 "--checkpoint-every", DRY_CADENCE if dry else CADENCE], \
             dict(JAX_DEFAULT_MATMUL_PRECISION="highest")    # Figure 3's threshold needs float32
     raise ValueError(f"unknown part {part!r}")
+
+
+def queue(done: "Done", selected) -> list[str]:
+    """Every part, in the order they run: the first table of ``SHORT`` among ``selected``
+    that ``done`` holds no full run of (one window ends it), then ``PARTS`` in their order
+    (``DEVICE_PARTS``, then the tables)."""
+    first = [t for t in SHORT if t in selected and t not in done.tables][:1]
+    return first + [p for p in PARTS if p not in first]
 
 
 def summary(out: Path, command: str, records: list[dict], archive: str | None) -> None:
@@ -277,7 +293,7 @@ def main(argv=None) -> int:
         earlier = resume_from(a.resume_from, out)
     done, records = Done(folders), []
     deadline = time.monotonic() + (min(a.budget, 240.0) if a.dry_run else a.budget)
-    for part in PARTS:
+    for part in queue(done, a.parts):
         t0, left = time.monotonic(), deadline - time.monotonic()
         budget = left if a.dry_run else min(CAPS.get(part, left), left)
         if part not in a.parts:

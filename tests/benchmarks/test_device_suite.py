@@ -47,6 +47,7 @@ def test_dry_run_writes_each_part_its_table_and_a_parsable_summary(tmp_path):
     out = tmp_path / "out"
     summary = json.loads((out / "summary.json").read_text())
     status = {r["part"]: r for r in summary["parts"]}
+    # no SHORT table among --parts: the device parts lead, in PARTS order
     assert list(status)[:5] == ["tests", "memory", "roofline", "roofline-bf16", "sweep"]
     assert status["tests"]["status"] == status["roofline"]["status"] == "skipped"
     for part in ("memory", "sweep", "ifca-figure3b"):
@@ -126,3 +127,18 @@ def test_peers_scale_part_runs_the_many_clients_workload_and_resumes(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     again = {r["part"]: r for r in json.loads((tmp_path / "out2" / "summary.json").read_text())["parts"]}
     assert again["peers-scale"]["status"] == "ok" and "--resume-from" in again["peers-scale"]["reason"]
+
+
+def test_the_queue_opens_with_the_cheapest_owed_short_table():
+    """A 15-minute window ends a table: the first part run is the first SHORT table not yet
+    done, before the device parts (the dry run's order: the first test above)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import device_suite as ds
+    none, done = ds.Done([]), ds.Done([])
+    done.tables = {ds.SHORT[0]}
+    assert ds.queue(none, ds.PARTS)[:2] == [ds.SHORT[0], "tests"]
+    assert ds.queue(done, ds.PARTS)[:2] == [ds.SHORT[1], "tests"]      # the next owed one leads
+    assert ds.queue(none, ["tests", "sweep"])[:1] == ["tests"]        # none selected: PARTS order
+    assert ds.queue(none, [ds.SHORT[2], "tests"])[0] == ds.SHORT[2]
+    assert sorted(ds.queue(none, ds.PARTS)) == sorted(ds.PARTS)
+    assert set(ds.SHORT) <= set(reproduce.table_ids())
