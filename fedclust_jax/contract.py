@@ -85,7 +85,7 @@ def _library(filename: str) -> bool:
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 LIBRARY_ROOTS = sorted({os.path.abspath(p) for key in ("stdlib", "platstdlib", "purelib", "platlib")
                         if (p := sysconfig.get_paths().get(key))}
-                       | {os.path.abspath(p) for p in site.getsitepackages()
+                       | {os.path.abspath(p) for p in getattr(site, "getsitepackages", list)()
                           + [site.getusersitepackages()] if p})
 
 
