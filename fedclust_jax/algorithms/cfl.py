@@ -6,8 +6,11 @@ with more than ``min_size`` members is split in two when, after ``warmup`` round
   ||mean_{i in c} dtheta_i|| < eps1   (near a stationary point of the cluster objective)
   and max_{i in c} ||dtheta_i|| > eps2   (some clients are still far from theirs).
 The split is the optimal bipartition of the cosine similarities alpha_ij of the members'
-updates (minimise the largest cross similarity), found as complete-linkage agglomerative
-clustering into two groups; both halves start from theta_c.
+updates: the two groups whose largest cross similarity max_{i in c1, j in c2} alpha_ij is
+smallest (Sattler et al., Algorithm 1), which single-linkage agglomerative clustering into
+two groups finds (``linkage="single"``); ``linkage="complete"`` is the complete-linkage
+split of Sattler et al.'s released code, which need not attain that minimum. Both halves
+start from theta_c.
 
 ``target_clusters`` (the SR-FCA authors' code, which overrides the criterion with
 ``or True``): the norm criterion is ignored and clusters split until there are that many.
@@ -36,18 +39,24 @@ from fedclust_jax.bounds import Count, NonNegative, Size
 from fedclust_jax.config_check import check_config
 
 
+LINKAGES = ("single", "complete")
+
+
 @dataclasses.dataclass(frozen=True)
 class CFLConfig:
     """eps1, eps2: the split criterion's norm thresholds; min_size: clusters of more than
     this many clients may split (Sattler's code: 2); warmup: rounds before any split;
     target_clusters: None (criterion) or K (split until K clusters, the SR-FCA code);
-    k_max: size of the cluster axis; local: client training; chunk: clients per chunk."""
+    linkage: "single" (the optimal bipartition of the paper, also the SR-FCA authors'
+    code) or "complete" (Sattler et al.'s released code); k_max: size of the cluster axis;
+    local: client training; chunk: clients per chunk."""
 
     eps1: NonNegative = 0.4
     eps2: NonNegative = 1.6
     min_size: Size = 2
     warmup: Count = 20
     target_clusters: Size | None = None
+    linkage: typing.Literal["single", "complete"] = "single"
     k_max: Size = 8
     local: LocalTraining = LocalTraining()
     chunk: Size | typing.Literal["auto"] | None = "auto"
@@ -72,13 +81,19 @@ class CFLState:
     round: jax.Array
 
 
-def bipartition(sim: jax.Array, member: jax.Array) -> jax.Array:
-    """bool[N]: the second group of the complete-linkage split of ``member`` into two.
+def bipartition(sim: jax.Array, member: jax.Array, linkage: str = "single") -> jax.Array:
+    """bool[N]: the second group of the agglomerative split of ``member`` into two.
 
     sim: [N, N] similarities (distance = -sim); member: bool[N]. Groups merge in order of
-    their largest pairwise distance until two remain; the group holding the lowest member
-    index is the first. Fewer than two members: all False.
+    their linkage distance until two remain: with ``linkage="single"`` a group pair's
+    distance is that of its closest pair of members (the split then minimises the largest
+    cross similarity, Sattler et al.'s optimal bipartition), with "complete" that of its
+    farthest pair. The group holding the lowest member index is the first. Fewer than two
+    members: all False.
     """
+    if linkage not in LINKAGES:
+        raise ValueError(f"linkage must be one of {LINKAGES}, got {linkage!r}")
+    join = jnp.minimum if linkage == "single" else jnp.maximum
     n = sim.shape[0]
     eye = jnp.eye(n, dtype=bool)
     dist = jnp.where(member[:, None] & member[None, :], -sim, jnp.inf)
@@ -89,7 +104,7 @@ def bipartition(sim: jax.Array, member: jax.Array) -> jax.Array:
         flat = jnp.argmin(pair)
         a, b = flat // n, flat % n
         a, b = jnp.minimum(a, b), jnp.maximum(a, b)
-        row = jnp.maximum(g[a], g[b])
+        row = join(g[a], g[b])
         merged = (g.at[a, :].set(row).at[:, a].set(row), alive.at[b].set(False),
                   jnp.where(label == b, a, label))
         go = alive.sum() > 2
@@ -120,16 +135,21 @@ class CFL(Algorithm):
                         assign=jnp.zeros((data.num_clients,), jnp.int32),
                         round=jnp.zeros((), jnp.int32))
 
-    def round(self, state: CFLState, key, data):
-        cfg, n, k = self.cfg, data.num_clients, self.cfg.k_max
-        ids = jnp.arange(n)
+    def client_updates(self, state: CFLState, key, data):
+        """(trained params [N, ...], updates dtheta_i [N, P]): every client's ``local.steps``
+        steps of round ``key`` from its cluster's model theta_c, and the flat difference."""
+        cfg, ids = self.cfg, jnp.arange(data.num_clients)
         start = take(state.params, state.assign)
         lr = cfg.local.lr_at(state.round)
         trained = map_client_data(
             lambda i, x, y, c, p, kk: local_train(self.model, cfg.local, p, x, y, c, kk, lr),
             data, None, start, client_keys(key, ids), chunk=cfg.chunk)
+        return trained, flatten_stacked(trained) - flatten_stacked(start)
+
+    def round(self, state: CFLState, key, data):
+        cfg, k = self.cfg, self.cfg.k_max
+        trained, delta = self.client_updates(state, key, data)                    # delta [N, P]
         params = cluster_mean(trained, state.assign, state.params)
-        delta = flatten_stacked(trained) - flatten_stacked(start)                 # [N, P]
 
         member = membership(state.assign, k) > 0                                 # [K, N]
         size = member.sum(1)
@@ -151,7 +171,7 @@ class CFL(Algorithm):
         new_id = n_active + rank                                                   # [K]
 
         sim = cosine_similarity(delta)
-        second = jax.vmap(lambda m: bipartition(sim, m))(member & split[:, None])  # [K, N]
+        second = jax.vmap(lambda m: bipartition(sim, m, cfg.linkage))(member & split[:, None])  # [K, N]
         moved = second.any(0)
         src = jnp.argmax(second, axis=0)                                           # old cluster
         assign = jnp.where(moved, new_id[src], state.assign).astype(jnp.int32)
