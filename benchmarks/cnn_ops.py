@@ -111,6 +111,9 @@ ROWS = {  # name: (label, FLOPs per example)
 }
 STEP_FLOPS = sum(f for _, f in ROWS.values())      # per example
 CONV_ROWS = ("conv1_fwd", "conv1_kgrad", "conv2_fwd", "conv2_igrad", "conv2_kgrad")
+REFERENCE_ROWS = {  # not in the sum: what a row's formulation costs without its copies
+    "conv2_kgrad_products": ("conv2 kernel gradient, its kh products alone (JAX patches)", _CONV2),
+}
 
 
 # ------------------------------------------------------------------ the inputs
@@ -290,7 +293,15 @@ def jax_rows(ops) -> dict:
     def kernel(d, name):
         return d["params"][name]["kernel"]
 
-    return {
+    def kgrad_products(d):
+        """conv2's kernel gradient as ``layers._kernel_gradient`` forms it for C > 1, its
+        width-im2col rows built in the setup: the kh matrix products alone."""
+        from fedclust_jax.models import layers
+        rows, dyr = layers._kernel_gradient_operands(d["p1"], d["dy2"], (5, 5), ((2, 2), (2, 2)))
+        return (lambda rows, dyr: (layers._kernel_gradient_products(rows, dyr, (5, 5), None), ()),
+                (rows, dyr))
+
+    rows = {
         "conv1_fwd": lambda d: forward(ops.conv_fwd, d["x"], *layer(d, "conv1")),
         "conv1_kgrad": lambda d: backward(ops.conv_kgrad(d["x"], kernel(d, "conv1")), d["dy1"]),
         "conv2_fwd": lambda d: forward(ops.conv_fwd, d["p1"], *layer(d, "conv2")),
@@ -305,6 +316,9 @@ def jax_rows(ops) -> dict:
         "rest": rest,
         "sgd": lambda d: (lambda p, g: (param_list(ops.sgd(p, g)), ()), (d["params"], d["grads"])),
     }
+    if ops.impl == "patches":
+        rows["conv2_kgrad_products"] = kgrad_products
+    return rows
 
 
 def prepare(setup, d):
@@ -590,6 +604,8 @@ def variants(a, with_torch: bool) -> list[dict]:
     out += [torch_(1)] * with_torch
     out += [jax_(f"jax-flags{i + 1}", f"JAX flags {i + 1}", flags=f)
             for i, f in enumerate(a.xla_flags)]
+    out += [dict(jax_(f"jax-python{i + 2}", f"JAX default, Python {i + 2}"), python=py)
+            for i, py in enumerate(a.jax_python)]
     out += [torch_(2)] * with_torch
     out.append(dict(jax_("jax-native", "JAX conv=native", conv="native"), step=False,
                     rows=CONV_ROWS, iters=min(a.iters, NATIVE_ITERS)))
@@ -598,12 +614,13 @@ def variants(a, with_torch: bool) -> list[dict]:
 
 def run_child(a, v: dict, folder: str, outputs: bool, probe: str) -> dict:
     """One variant's run in a fresh process: its record, or {"error": its last line}."""
-    spec = dict(dict(iters=a.iters, step=True, rows=list(ROWS)), **v, folder=folder,
+    spec = dict(dict(iters=a.iters, step=True, rows=list(ROWS) + list(REFERENCE_ROWS)), **v,
+                folder=folder,
                 calls=1 if a.quick else 3, outputs=outputs, probe=probe, batch=a.batch)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [ROOT, HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     if v["kind"] == "jax":
-        python = sys.executable
+        python = v.get("python") or sys.executable
         env["XLA_FLAGS"] = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), v["flags"]) if f)
     else:
         python = a.peer_python
@@ -684,11 +701,12 @@ def table(med: dict, vs: list[dict], probe: float, diffs: dict, reference: str,
              + " | ".join(f"{v['title']} GFLOP/s (of probe)" for v in cols)
              + f" | max rel. diff from {reference} |",
              "|---|" + "---:|" * (2 * len(cols) + 1) + "---:|"]
-    names = list(ROWS) + ["sum", "step", "gap", "step_top"]
-    labels = {**{k: lab for k, (lab, _) in ROWS.items()}, "sum": "sum of the rows above",
+    names = list(ROWS) + ["sum", "step", "gap", "step_top"] + list(REFERENCE_ROWS)
+    labels = {**{k: lab for k, (lab, _) in (ROWS | REFERENCE_ROWS).items()},
+              "sum": "sum of the rows above",
               "step": "whole step (forward + backward + SGD), in a loop",
               "gap": "gap: whole step - sum", "step_top": "whole step at top level"}
-    per_example = {**{k: f for k, (_, f) in ROWS.items()}, "sum": STEP_FLOPS,
+    per_example = {**{k: f for k, (_, f) in (ROWS | REFERENCE_ROWS).items()}, "sum": STEP_FLOPS,
                    "step": STEP_FLOPS, "gap": 0, "step_top": STEP_FLOPS}
     flops = {k: batch * f for k, f in per_example.items()}
     for name in names:
@@ -729,6 +747,9 @@ def main(argv=None):
                    help="R: op calls per timed loop (default 10; --quick 2)")
     p.add_argument("--xla-flags", action="append", default=[], metavar="F",
                    help="a column of JAX with F added to XLA_FLAGS (repeatable)")
+    p.add_argument("--jax-python", action="append", default=[], metavar="PY",
+                   help="a column of JAX default run by another Python with jax, flax and "
+                        "optax (another jax release; repeatable)")
     p.add_argument("--json", type=output_file, default=None, help="write the records here")
     p.add_argument("--out", type=output_file, default=None, help="also write the table here")
     p.add_argument("--quick", action="store_true",
@@ -836,7 +857,10 @@ def measure(a, with_torch: bool) -> dict:
         if v["kind"] == "jax":
             flags = next((r["xla_flags"] for r in runs if r["label"] == v["label"]
                           and "xla_flags" in r), "")
-            print(f"- {v['title']}: conv=\"{v['conv']}\", XLA_FLAGS={flags!r}")
+            ver = next((r["version"] for r in runs if r["label"] == v["label"]
+                        and "version" in r), "not run")
+            print(f"- {v['title']}: conv=\"{v['conv']}\", XLA_FLAGS={flags!r}, {ver}"
+                  + (f", {v['python']}" if v.get("python") else ""))
         else:
             print(f"- {v['title']}: torch.set_num_threads({v['threads']}), "
                   f"OMP_NUM_THREADS={v['threads']}")

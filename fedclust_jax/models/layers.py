@@ -213,10 +213,24 @@ def _kernel_gradient(x, dy, window, pads, precision):
         dw = lax.dot_general(cols, dy.reshape(-1, o), (((1,), (0,)), ((), ())),
                              precision=precision)
         return dw.reshape(kh, kw, c, o)
-    ho, wo = dy.shape[1], dy.shape[2]
+    rows, dyr = _kernel_gradient_operands(x, dy, window, pads)
+    return _kernel_gradient_products(rows, dyr, window, precision)
+
+
+def _kernel_gradient_operands(x, dy, window, pads):
+    """``_kernel_gradient``'s operands for C > 1: the width-im2col rows [H_pad, n, W',
+    kw * C] of the padded input and dy as [H' * n * W', O] (rows first)."""
+    kw, (wo, o) = window[1], dy.shape[2:]
     rows = jnp.pad(x, ((0, 0), pads[0], pads[1], (0, 0))).transpose(1, 0, 2, 3)
     rows = jnp.concatenate([rows[:, :, j:j + wo, :] for j in range(kw)], axis=-1)
-    dyr = dy.transpose(1, 0, 2, 3).reshape(-1, o)
+    return rows, dy.transpose(1, 0, 2, 3).reshape(-1, o)
+
+
+def _kernel_gradient_products(rows, dyr, window, precision):
+    """dL/dw [kh, kw, C, O] from ``_kernel_gradient_operands``: kernel row i is the
+    product of the rows i .. i + H' - 1 (a contiguous block) with dyr, kh products."""
+    (kh, kw), o = window, dyr.shape[1]
+    ho, c = rows.shape[0] - kh + 1, rows.shape[3] // kw
     dw = jnp.stack([lax.dot_general(rows[i:i + ho].reshape(-1, kw * c), dyr,
                                     (((0,), (0,)), ((), ())), precision=precision)
                     for i in range(kh)])

@@ -48,7 +48,10 @@ def test_rows_time_their_op():
     d = {k: v for k, v in raw.items() if "/" not in k}
     d.update(params=cnn_ops.nested(raw, "params"), grads=cnn_ops.nested(raw, "grads"))
     rows = cnn_ops.jax_rows(ops)
-    assert list(rows) == list(cnn_ops.ROWS)
+    assert list(rows) == list(cnn_ops.ROWS) + list(cnn_ops.REFERENCE_ROWS)
+    kgrad = cnn_ops.checked(*cnn_ops.prepare(rows["conv2_kgrad"], d))[0]
+    products = cnn_ops.checked(*cnn_ops.prepare(rows["conv2_kgrad_products"], d))[0]
+    np.testing.assert_allclose(products, kgrad, rtol=1e-6, atol=1e-6)   # the same products
     w2 = d["params"]["conv2"]["kernel"]
     dx = cnn_ops.checked(*cnn_ops.prepare(rows["conv2_igrad"], d))[0]
     conv = lambda p: jax.lax.conv_general_dilated(p, w2, (1, 1), "SAME",
