@@ -83,7 +83,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from _common import output_file, printed_to  # noqa: E402
+from _common import median_seconds, output_file, printed_to  # noqa: E402
 
 BATCH, QUICK_BATCH, CLASSES, LR = 100, 10, 62, 0.04
 LAYERS = ("conv1", "conv2", "fc1", "fc2")
@@ -361,21 +361,15 @@ def checked(f, carried) -> list:
 
 
 def _time_program(program, args, calls: int) -> float:
-    """Median seconds of ``calls`` runs of the jitted ``program`` on ``args`` after one untimed
-    run (compiled first); a first run of ``SLOW_S`` seconds or more is the figure itself."""
+    """Median seconds of ``calls`` runs of the jitted ``program`` on ``args`` after untimed
+    runs (compiled first, ``_common.median_seconds``); a first run of ``SLOW_S`` seconds or
+    more is the figure itself."""
     import jax
     compiled = program.lower(*args).compile()
     t0 = time.perf_counter()
     jax.block_until_ready(compiled(*args))
     first = time.perf_counter() - t0
-    if first >= SLOW_S:
-        return first
-    times = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return first if first >= SLOW_S else median_seconds(compiled, args, calls)
 
 
 def _per_call(fn, iters: int, calls: int) -> float:
