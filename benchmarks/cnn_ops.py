@@ -56,12 +56,14 @@ of a kernel gradient).
 
     python benchmarks/cnn_ops.py --peer-python PY [--repeats 3] [--iters 10]
         [--xla-flags "--xla_cpu_experimental_ynn_fusion_type=-individual_convolution"]
-        [--json FILE] [--out FILE.md] [--quick]
+        [--cores N] [--json FILE] [--out FILE.md] [--quick]
 
 ``--peer-python``: a Python with torch and numpy (benchmarks/README.md, "Peers"); one that
 lacks them stops the command in one line (exit 2) before any compute. Without it the
 command looks for torch in this Python; ``--quick`` (batch 10, 2 iterations, one pass, a
-small GEMM probe) then runs JAX alone when none is found.
+small GEMM probe) then runs JAX alone when none is found. ``--cores 1`` runs every child
+on one CPU: the round splits its client walks over the host devices, one walk a core, so a
+local step there runs as it does on one core.
 
 ``conv="native"`` runs the convolution rows only, with R = 2: inside a loop its kernel
 gradients take seconds a call (JAX issue 12868, ``models.layers``). A timed loop that takes
@@ -112,7 +114,7 @@ ROWS = {  # name: (label, FLOPs per example)
 STEP_FLOPS = sum(f for _, f in ROWS.values())      # per example
 CONV_ROWS = ("conv1_fwd", "conv1_kgrad", "conv2_fwd", "conv2_igrad", "conv2_kgrad")
 REFERENCE_ROWS = {  # not in the sum: what a row's formulation costs without its copies
-    "conv2_kgrad_products": ("conv2 kernel gradient, its kh products alone (JAX patches)", _CONV2),
+    "conv2_kgrad_products": ("conv2 kernel gradient, its products alone (JAX patches)", _CONV2),
 }
 
 
@@ -295,7 +297,7 @@ def jax_rows(ops) -> dict:
 
     def kgrad_products(d):
         """conv2's kernel gradient as ``layers._kernel_gradient`` forms it for C > 1, its
-        width-im2col rows built in the setup: the kh matrix products alone."""
+        per-row operands built in the setup: the kh * H' matrix products alone."""
         from fedclust_jax.models import layers
         rows, dyr = layers._kernel_gradient_operands(d["p1"], d["dy2"], (5, 5), ((2, 2), (2, 2)))
         return (lambda rows, dyr: (layers._kernel_gradient_products(rows, dyr, (5, 5), None), ()),
@@ -620,8 +622,9 @@ def run_child(a, v: dict, folder: str, outputs: bool, probe: str) -> dict:
         python = a.peer_python
         env["OMP_NUM_THREADS"] = str(v["threads"])
     t0 = time.perf_counter()
+    pin = (lambda: os.sched_setaffinity(0, range(a.cores))) if a.cores else None
     proc = subprocess.run([python, os.path.abspath(__file__), "--child", json.dumps(spec)],
-                          capture_output=True, text=True, env=env, cwd=ROOT)
+                          capture_output=True, text=True, env=env, cwd=ROOT, preexec_fn=pin)
     wall = time.perf_counter() - t0
     if proc.returncode:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -744,6 +747,9 @@ def main(argv=None):
     p.add_argument("--jax-python", action="append", default=[], metavar="PY",
                    help="a column of JAX default run by another Python with jax, flax and "
                         "optax (another jax release; repeatable)")
+    p.add_argument("--cores", type=int, default=None, metavar="N",
+                   help="run every child on the first N CPUs only (sched_setaffinity; 1: a "
+                        "core as each client walk of the round gets one); default all")
     p.add_argument("--json", type=output_file, default=None, help="write the records here")
     p.add_argument("--out", type=output_file, default=None, help="also write the table here")
     p.add_argument("--quick", action="store_true",
@@ -758,6 +764,9 @@ def main(argv=None):
         return record
     if (a.repeats is not None and a.repeats < 1) or (a.iters is not None and a.iters < 1):
         p.error("--repeats and --iters must be >= 1")
+    if a.cores is not None and not 1 <= a.cores <= len(os.sched_getaffinity(0)):
+        p.error(f"--cores must be between 1 and the {len(os.sched_getaffinity(0))} CPUs this "
+                f"process may use, got {a.cores}")
     if any(not f.strip() for f in a.xla_flags):
         p.error("--xla-flags needs a flag, e.g. --xla-flags "
                 "\"--xla_cpu_experimental_ynn_fusion_type=-individual_convolution\"")
@@ -816,7 +825,9 @@ def measure(a, with_torch: bool) -> dict:
                                  and r["label"].startswith(kind)), "not run")
     errors = [f"pass {r['pass_']} {r['label']}: {r['error']}" for r in runs if "error" in r]
     titles = {v["label"]: v["title"] for v in vs}
-    print(f"Machine: {cpu_model()}, {os.cpu_count()} cores; {version('jax')}; "
+    print(f"Machine: {cpu_model()}, {os.cpu_count()} cores"
+          + (f" (every child on {a.cores} of them, --cores)" if a.cores else "")
+          + f"; {version('jax')}; "
           + (f"{version('torch')} ({a.peer_python})" if with_torch else "PyTorch not run (no torch "
              "found)")
           + f"; GEMM probe (f32 a @ b, roofline.gemm_probe, best of {len(probes)} in this run): "
@@ -861,7 +872,8 @@ def measure(a, with_torch: bool) -> dict:
     if errors:
         print("\nErrors: " + "; ".join(errors))
     print(f"\nLoad at end: {os.getloadavg()}")
-    result = dict(machine=dict(cpu=cpu_model(), cores=os.cpu_count(), jax=version("jax"),
+    result = dict(machine=dict(cpu=cpu_model(), cores=os.cpu_count(), child_cores=a.cores,
+                               jax=version("jax"),
                                torch=version("torch"), gemm_flops_per_s=probe,
                                gemm_probes=probes),
                   variants=vs, iters=a.iters, repeats=a.repeats, runs=runs, median_s=med,

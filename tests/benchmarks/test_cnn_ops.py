@@ -104,3 +104,10 @@ def test_quick_writes_the_table(tmp_path):
     conv2 = next(r for r in rows if r.startswith("| conv2 forward |")).split("|")
     assert conv2[-2].strip() != "—" and float(conv2[-2]) <= cnn_ops.TOLERANCE   # compared
     assert any(r.startswith("| gap: whole step - sum |") for r in rows)
+
+
+def test_cores_out_of_range_is_one_line_and_exit_code_2():
+    proc = subprocess.run([sys.executable, "benchmarks/cnn_ops.py", "--quick", "--cores", "0"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("cnn_ops.py: error: --cores must be")
