@@ -204,10 +204,11 @@ def _kernel_gradient(x, dy, window, pads, precision):
     A_r [kw * C, W' * n] for each row r of the padded input (its kw column shifts, then the
     channels) and D_h [O, W' * n] for each output row h; kernel row i is
     sum_h A_{i+h} D_h^T, kh * H' products whose operands are contiguous along the contracted
-    axis (``_kernel_gradient_operands``, ``_kernel_gradient_products``). On one core XLA's
-    CPU dot runs these at about twice the speed of kh products that contract the leading
-    axis of [H' * n * W', kw * C] (``benchmarks/cnn_ops.py``); the width-only im2col holds
-    kw, not kh * kw, copies of the input."""
+    axis (``_kernel_gradient_operands``, ``_kernel_gradient_products``). XLA's CPU dot runs
+    these products at 0.79 of its GEMM speed on 2 cores, where kh products contracting the
+    leading axis of [H' * n * W', kw * C] ran at 0.39 (``benchmarks/cnn_ops.py``, FEMNIST's
+    conv2); the width-only im2col holds kw, not kh * kw, copies of the input. The program
+    holds kh * H' products, unrolled."""
     (kh, kw), c, o = window, x.shape[3], dy.shape[3]
     dy = dy.astype(x.dtype)
     if c == 1:
@@ -224,7 +225,8 @@ def _kernel_gradient_operands(x, dy, window, pads):
     each row r of the padded input, its kw column shifts (A_r[j * C + c, (w, m)] = x_pad[m,
     r, w + j, c]), and D_h [O, W' * n] for each output row h (D_h[o, (w, m)] = dy[m, h, w,
     o]). The images are the minor axis, so each shift copies runs of W' * n values; each
-    operand is its own array, so no product reads a slice that XLA would copy first."""
+    operand is its own array (products on slices of one array had XLA copy each slice
+    first)."""
     kw = window[1]
     n, ho, wo, o = dy.shape
     xt = jnp.pad(x.transpose(1, 3, 2, 0), (pads[0], (0, 0), pads[1], (0, 0)))
@@ -236,8 +238,7 @@ def _kernel_gradient_operands(x, dy, window, pads):
 def _kernel_gradient_products(a, d, window, precision):
     """dL/dw [kh, kw, C, O] from ``_kernel_gradient_operands``: kernel row i is
     sum_h A_{i+h} D_h^T over the H' output rows, kh * H' products [kw * C, W' * n] x
-    [W' * n, O], each contracting the minor axis of both operands (the form XLA's CPU dot
-    runs fastest; a batched product over h ran at half its speed)."""
+    [W' * n, O], each contracting the minor axis of both operands."""
     kh, kw = window
     nt = (((1,), (1,)), ((), ()))
     dw = []
