@@ -622,7 +622,8 @@ def run_child(a, v: dict, folder: str, outputs: bool, probe: str) -> dict:
         python = a.peer_python
         env["OMP_NUM_THREADS"] = str(v["threads"])
     t0 = time.perf_counter()
-    pin = (lambda: os.sched_setaffinity(0, range(a.cores))) if a.cores else None
+    cpus = sorted(os.sched_getaffinity(0))[:a.cores] if a.cores else None
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     proc = subprocess.run([python, os.path.abspath(__file__), "--child", json.dumps(spec)],
                           capture_output=True, text=True, env=env, cwd=ROOT, preexec_fn=pin)
     wall = time.perf_counter() - t0
@@ -748,8 +749,9 @@ def main(argv=None):
                    help="a column of JAX default run by another Python with jax, flax and "
                         "optax (another jax release; repeatable)")
     p.add_argument("--cores", type=int, default=None, metavar="N",
-                   help="run every child on the first N CPUs only (sched_setaffinity; 1: a "
-                        "core as each client walk of the round gets one); default all")
+                   help="run every child on the first N CPUs this process may use "
+                        "(sched_setaffinity; 1: a core, as each client walk of the round gets "
+                        "one); default all")
     p.add_argument("--json", type=output_file, default=None, help="write the records here")
     p.add_argument("--out", type=output_file, default=None, help="also write the table here")
     p.add_argument("--quick", action="store_true",

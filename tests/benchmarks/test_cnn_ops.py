@@ -106,7 +106,7 @@ def test_quick_writes_the_table(tmp_path):
     assert any(r.startswith("| gap: whole step - sum |") for r in rows)
 
 
-def test_cores_out_of_range_is_one_line_and_exit_code_2():
+def test_cores_out_of_range_exits_2_and_says_the_range():
     proc = subprocess.run([sys.executable, "benchmarks/cnn_ops.py", "--quick", "--cores", "0"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
