@@ -499,7 +499,8 @@ def error(message) -> int:
 
 class RunState:
     """What the command is doing, for the line printed on an interrupt: the algorithm
-    running (None before the first one starts) and each algorithm's checkpoint path."""
+    running (None before the first one starts), each algorithm's checkpoint path and a
+    sweep's or table's --checkpoint folder."""
 
     def __init__(self):
         self.command, self.label, self.checkpoints = None, None, {}
@@ -562,11 +563,12 @@ def interrupt_line(exc: KeyboardInterrupt, state: RunState) -> str:
             if held is not None:   # and rounds saved were completed
                 exc.checkpoint_round, exc.round = held, max(exc.round, held)
         return exc.line()
-    if state.command == "sweep":
+    if state.command in ("sweep", "reproduce"):
+        what = "a sweep" if state.command == "sweep" else "a table"
         if state.sweep_checkpoint is None:
-            return ("fedclust-jax: sweep interrupted outside a program's rounds; no checkpoint "
-                    "was asked for (add --checkpoint DIR to make a sweep resumable)")
-        return (f"fedclust-jax: sweep interrupted outside a program's rounds; "
+            return (f"fedclust-jax: {state.command} interrupted outside a run's rounds; no "
+                    f"checkpoint was asked for (add --checkpoint DIR to make {what} resumable)")
+        return (f"fedclust-jax: {state.command} interrupted outside a run's rounds; "
                 f"{state.sweep_checkpoint} keeps every point that ended; rerun the same command "
                 f"to resume")
     if state.label is None:
@@ -647,6 +649,7 @@ def _main(argv, state: RunState) -> int:
         return 0
     if args.command == "reproduce":
         from fedclust_jax import reproduce
+        state.sweep_checkpoint = args.checkpoint
         return reproduce.main(args)
     if args.command == "plot":
         from fedclust_jax.plot import plot_command

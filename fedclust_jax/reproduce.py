@@ -4,6 +4,9 @@
         [--seeds 0 1 2]
     python -m fedclust_jax.reproduce --list
 
+(the same as ``fedclust-jax reproduce``: one host device per core, and Ctrl-C or SIGTERM
+saves the run in flight to --checkpoint and says how to resume).
+
 A table ``<paper>-<name>`` is the file ``fedclust_jax/studies/<paper>/<name>.toml``, shipped
 with the package (a wheel or ``pip install git+URL`` runs every table)::
 
@@ -709,7 +712,10 @@ def _jsonable(v):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m fedclust_jax.reproduce",
-                                     description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    sys.exit(main(parser.parse_args()))
+    # `fedclust-jax reproduce`'s own path: one host device per core, and Ctrl-C or SIGTERM
+    # saves the run in flight and says how to resume (``cli.main``).
+    from fedclust_jax.hostdevices import force_host_devices
+    force_host_devices()
+    from fedclust_jax.cli import main as command_line_main
+    sys.argv = ["fedclust-jax", "reproduce", *sys.argv[1:]]
+    sys.exit(command_line_main())

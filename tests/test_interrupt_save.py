@@ -187,3 +187,48 @@ def test_a_signal_during_a_write_waits_for_it(tmp_path):
         checkpoint.write_atomic(str(path), write, "file")
     assert path.read_bytes() == b"whole"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_python_m_reproduce_stops_as_the_command_line_does(tmp_path):
+    """`python -m fedclust_jax.reproduce` is `fedclust-jax reproduce`: SIGTERM during a
+    table (IFCA Figure 3 (b) at CI size, four seeds, a point each) gives exit 130 and one
+    line saying what the checkpoint folder keeps, and the rerun ends from it."""
+    cmd = [sys.executable, "-m", "fedclust_jax.reproduce", "ifca-figure3b", "--quick", "--seeds",
+           "0", "1", "2", "3", "--out", "out", "--checkpoint", "ck", "--checkpoint-every", "1r"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    guard = threading.Timer(120, proc.kill)
+    guard.start()
+    try:
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if " rounds " in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=100)
+    finally:
+        guard.cancel()
+        if proc.poll() is None:
+            proc.kill()
+    err = "".join(lines) + rest
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.endswith("rerun the same command to resume") and "ck" in last, err
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and (tmp_path / "out" / "figure3b.md").exists(), again.stderr
+
+
+def test_an_interrupted_table_names_its_checkpoint_folder():
+    """Between a table's runs the line says what --checkpoint keeps, or how to keep it."""
+    from fedclust_jax.cli import RunState, interrupt_line
+    state = RunState()
+    state.command = "reproduce"
+    assert interrupt_line(KeyboardInterrupt(), state) == (
+        "fedclust-jax: reproduce interrupted outside a run's rounds; no checkpoint was asked "
+        "for (add --checkpoint DIR to make a table resumable)")
+    state.sweep_checkpoint = "ck"
+    assert interrupt_line(KeyboardInterrupt(), state) == (
+        "fedclust-jax: reproduce interrupted outside a run's rounds; ck keeps every point that "
+        "ended; rerun the same command to resume")

@@ -15,9 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from argparse import Namespace
 
-from fedclust_jax import reproduce
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1",
@@ -96,12 +94,11 @@ def test_a_killed_compare_of_three_algorithms_resumes_to_the_uninterrupted_resul
 def test_a_killed_table_resumes_to_the_uninterrupted_rows(tmp_path):
     """The cheapest table, IFCA Figure 3 (b) at CI size, over four seeds (a point each)."""
     seeds = [0, 1, 2, 3]
-    assert reproduce.main(Namespace(table="ifca-figure3b", list=False, quick=True,
-                                    out=str(tmp_path / "whole"), data_dir=None, seeds=seeds,
-                                    no_progress=True)) == 0
+    table = [sys.executable, "-m", "fedclust_jax.reproduce", "ifca-figure3b", "--quick",
+             "--seeds", *map(str, seeds)]
+    uninterrupted([*table, "--out", "whole", "--no-progress"], tmp_path)
     err = killed_three_times_then_run(
-        [sys.executable, "-m", "fedclust_jax.reproduce", "ifca-figure3b", "--quick", "--seeds",
-         *map(str, seeds), "--out", "out", "--checkpoint", "ck", "--checkpoint-every", "1r"],
+        [*table, "--out", "out", "--checkpoint", "ck", "--checkpoint-every", "1r"],
         tmp_path, seed=3, delay_s=1.0)
     assert "resuming from round" in err or "ended in ck" in err, err[-2000:]
     rows = lambda folder: [{k: v for k, v in r.items() if not k.endswith("wall_s")}
