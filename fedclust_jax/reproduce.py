@@ -387,6 +387,20 @@ def _fmt(mean, spread, digits) -> str:
     return f"{mean:.{digits}f}" + ("" if spread is None else f" ± {spread:.{digits}f}")
 
 
+def _resumed(rows: list[dict], wall_s: float) -> str:
+    """What the hardware line adds when the rows' runs took longer than the command, which
+    then resumed them from --checkpoint: their own seconds, each run once (a sweep
+    program's ``program_wall_s`` per part and program, else a run's ``wall_s``)."""
+    seen = {}
+    for r in rows:
+        if "program_wall_s" in r:
+            seen[(r.get("part"), r.get("program"))] = r["program_wall_s"]
+        elif "wall_s" in r:
+            seen[(r.get("part"), r.get("point"), r.get("algorithm"), r.get("seed"))] = r["wall_s"]
+    ran = sum(seen.values())
+    return f" (its runs' own times sum to {ran:.0f} s: resumed from --checkpoint)" if ran > wall_s + 1 else ""
+
+
 def render(spec: dict, record: dict) -> str:
     """The markdown of a results record (``record["rows"]`` the raw rows, the rest as
     ``main`` writes it): command, table, run size, hardware, commit, verdict."""
@@ -428,7 +442,7 @@ def render(spec: dict, record: dict) -> str:
     lines += [f"| {k} | {size.get(k)} | {paper_size.get(k, '-')} |" for k in ("clients", "rounds", "seeds")]
     lines += ["", f"Hardware: {env['backend']} ({env['device']} x {env['device_count']}), "
               f"jax {env['jax']}; package commit {record['commit']}; "
-              f"{record['wall_s']:.0f} s."]
+              f"{record['wall_s']:.0f} s" + _resumed(rows, record["wall_s"]) + "."]
     held = claims(spec, cell)
     if held:
         lines += ["", "| the paper's claim | column | holds |", "|---|---|---|"]

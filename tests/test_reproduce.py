@@ -179,3 +179,16 @@ def test_results_of_a_larger_run_and_foreign_files_are_kept(tmp_path, monkeypatc
     assert (foreign / "table5.md").read_text() == "my notes\n"
     assert "table5.md and .json were not written by reproduce" in capsys.readouterr().err
     assert (foreign / "table5-1.md").exists() and not (foreign / "table5.json").exists()
+
+
+def test_a_resumed_table_gives_its_runs_own_seconds():
+    """A table assembled from --checkpoint in seconds names what its runs took, each sweep
+    program once (curve points repeat a program's rows), and a table run through adds
+    nothing."""
+    rows = [{"part": "a", "program": 1, "program_wall_s": 100.0, "round": 10},
+            {"part": "a", "program": 1, "program_wall_s": 100.0, "round": 20},
+            {"part": "b", "program": 1, "program_wall_s": 50.0},
+            {"part": "", "point": 0, "algorithm": "ifca", "seed": 0, "wall_s": 7.0}]
+    assert reproduce._resumed(rows, 4.0) == (
+        " (its runs' own times sum to 157 s: resumed from --checkpoint)")
+    assert reproduce._resumed(rows, 160.0) == ""
