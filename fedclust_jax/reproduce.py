@@ -726,10 +726,7 @@ def _jsonable(v):
 
 
 if __name__ == "__main__":
-    # `fedclust-jax reproduce`'s own path: one host device per core, and Ctrl-C or SIGTERM
-    # saves the run in flight and says how to resume (``cli.main``).
-    from fedclust_jax.hostdevices import force_host_devices
-    force_host_devices()
-    from fedclust_jax.cli import main as command_line_main
-    sys.argv = ["fedclust-jax", "reproduce", *sys.argv[1:]]
-    sys.exit(command_line_main())
+    # The command line itself (`python -m fedclust_jax reproduce ...`, this process replaced):
+    # one host device per core, and Ctrl-C or SIGTERM saves the run in flight and says how
+    # to resume. Nothing of this layer imports the command line's module.
+    os.execv(sys.executable, [sys.executable, "-m", "fedclust_jax", "reproduce", *sys.argv[1:]])
